@@ -1,0 +1,1 @@
+"""Grader-owned code that runs inside the grading sandbox (bound read-only at /grader)."""

@@ -1,0 +1,100 @@
+"""Frozen model config, built from the `model` block of an ml_collections config and validated."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from composer_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int  # dense FFN width
+    rope_base: float = 10_000.0
+    qkv_bias: bool = False
+    tie_embeddings: bool = True
+    norm_eps: float = 1e-6
+    max_seq_len: int = 2048
+    dtype: str = "float32"  # compute dtype; parameters stay float32
+    # Mixture of experts: n_experts == 0 means a dense model.
+    n_experts: int = 0
+    top_k: int = 0
+    d_ff_expert: int = 0
+    n_shared_experts: int = 0
+    first_dense_layers: int = 0
+    router_score: str = "softmax"  # softmax | sigmoid
+    moe_impl: str = "ragged"  # ragged | blocked | dense
+    capacity_factor: float = 0.0  # 0 = dropless
+    routed_scale: float = 1.0
+    remat: str = "none"  # none | full | save_dots_except_mlp
+
+    @classmethod
+    def from_config(cls, model_config: Mapping[str, Any]) -> "ModelConfig":
+        values = dict(model_config.items()) if hasattr(model_config, "items") else dict(model_config)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"model.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.default is dataclasses.MISSING and f.name not in values]
+        if missing:
+            raise ConfigError(f"model.{missing[0]}: required field is missing")
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.is_moe and layer >= self.first_dense_layers
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
+
+    def validate(self) -> None:
+        def fail(field: str, why: str):
+            raise ConfigError(f"model.{field}={getattr(self, field)!r}: {why}")
+
+        for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
+                      "d_ff", "max_seq_len"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
+                fail(field, "must be a positive integer")
+        if self.n_heads % self.n_kv_heads:
+            fail("n_heads", f"must be a multiple of model.n_kv_heads={self.n_kv_heads} (grouped-query attention)")
+        if self.head_dim % 2:
+            fail("head_dim", "must be even (rotary embeddings rotate pairs)")
+        if self.rope_base <= 1:
+            fail("rope_base", "must be > 1")
+        if self.dtype not in ("float32", "bfloat16"):
+            fail("dtype", "must be 'float32' or 'bfloat16'")
+        if self.remat not in ("none", "full", "save_dots_except_mlp"):
+            fail("remat", "must be one of none | full | save_dots_except_mlp")
+        if self.n_experts < 0:
+            fail("n_experts", "must be >= 0")
+        if not self.is_moe:
+            return
+        if not 1 <= self.top_k <= self.n_experts:
+            fail("top_k", f"must be in [1, model.n_experts={self.n_experts}]")
+        if self.d_ff_expert < 1:
+            fail("d_ff_expert", "must be a positive integer for an MoE model")
+        if self.n_shared_experts < 0:
+            fail("n_shared_experts", "must be >= 0")
+        if not 0 <= self.first_dense_layers <= self.n_layers:
+            fail("first_dense_layers", f"must be in [0, model.n_layers={self.n_layers}]")
+        if self.router_score not in ("softmax", "sigmoid"):
+            fail("router_score", "must be 'softmax' or 'sigmoid'")
+        if self.moe_impl not in ("ragged", "blocked", "dense"):
+            fail("moe_impl", "must be 'ragged' (sort + ragged_dot), 'blocked' (sort + block-padded "
+                             "batched matmul) or 'dense' (one-hot reference)")
+        if self.capacity_factor < 0:
+            fail("capacity_factor", "must be >= 0 (0 = dropless)")

@@ -1,0 +1,134 @@
+"""Decoder-only transformer: embeddings, blocks (GQA attention + dense or MoE FFN), LM head."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from composer_jax.model.attention import Attention, KVCache
+from composer_jax.model.config import ModelConfig
+from composer_jax.model.layers import MLP, RMSNorm, param
+from composer_jax.model.moe import MoE
+from composer_jax.sharding import constrain
+
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    # Keep attention projections, recompute the (wide) MLP activations in the backward pass.
+    "save_dots_except_mlp": jax.checkpoint_policies.save_only_these_names(
+        "query_proj", "key_proj", "value_proj", "attn_out", "out_proj"),
+}
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, layer: int, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg, rngs)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.ffn = MoE(cfg, rngs) if cfg.is_moe_layer(layer) else MLP(cfg.d_model, cfg.d_ff, rngs)
+
+    def feed_forward(self, x_btd, forced_expert_btk=None):
+        h = self.ffn_norm(x_btd)
+        if isinstance(self.ffn, MoE):
+            y, routing = self.ffn(h, forced_expert_btk)
+            return x_btd + y, routing
+        return x_btd + self.ffn(h), None
+
+    def __call__(self, x_btd, positions_bt, segment_ids_bt, forced_expert_btk=None):
+        x_btd = x_btd + self.attn(self.attn_norm(x_btd), positions_bt, segment_ids_bt)
+        x_btd = constrain(x_btd, ("batch", "length", "act_embed"))
+        return self.feed_forward(x_btd, forced_expert_btk)
+
+    def extend(self, x_btd, k_cache, v_cache, lengths_b, forced_expert_btk=None):
+        y, k_cache, v_cache = self.attn.extend(self.attn_norm(x_btd), k_cache, v_cache, lengths_b)
+        x_btd, routing = self.feed_forward(x_btd + y, forced_expert_btk)
+        return x_btd, k_cache, v_cache, routing
+
+
+def collect_aux(routings: list) -> dict[str, jax.Array]:
+    """Stack per-MoE-layer routing statistics; zeros for a dense model."""
+    if not routings:
+        zero = jnp.zeros((), jnp.float32)
+        return dict(load_balance_loss=zero, router_z_loss=zero, dropped_fraction=zero)
+    return dict(
+        load_balance_loss=jnp.mean(jnp.stack([r.load_balance_loss for r in routings])),
+        router_z_loss=jnp.mean(jnp.stack([r.router_z_loss for r in routings])),
+        dropped_fraction=jnp.mean(jnp.stack([r.dropped_fraction for r in routings])),
+        expert_counts_le=jnp.stack([r.counts_e for r in routings]),
+        expert_choice_ltk=jnp.stack([r.expert_tk for r in routings]),
+    )
+
+
+class Transformer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.embed_vd = param(rngs, (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), std=0.02)
+        self.layers = nnx.List([Block(cfg, i, rngs) for i in range(cfg.n_layers)])
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        if not cfg.tie_embeddings:
+            self.lm_head_dv = param(rngs, (cfg.d_model, cfg.vocab_size), ("embed", "vocab"),
+                                    fan_in=cfg.d_model)
+
+    @property
+    def dtype(self):
+        return jnp.dtype(self.cfg.dtype)
+
+    def embed(self, tokens_bt):
+        x = jnp.take(self.embed_vd[...], tokens_bt, axis=0).astype(self.dtype)
+        return constrain(x, ("batch", "length", "act_embed"))
+
+    def logits(self, x_btd) -> jax.Array:
+        x_btd = self.final_norm(x_btd)
+        if self.cfg.tie_embeddings:
+            out = jnp.einsum("btd,vd->btv", x_btd, self.embed_vd[...].astype(x_btd.dtype),
+                             preferred_element_type=jnp.float32)
+        else:
+            out = jnp.einsum("btd,dv->btv", x_btd, self.lm_head_dv[...].astype(x_btd.dtype),
+                             preferred_element_type=jnp.float32)
+        return constrain(out, ("batch", "length", "act_vocab"))
+
+    def _moe_slice(self, forced_expert_lbtk, moe_index):
+        return None if forced_expert_lbtk is None else forced_expert_lbtk[moe_index]
+
+    def __call__(self, tokens_bt, positions_bt=None, segment_ids_bt=None, forced_expert_lbtk=None):
+        """Training/scoring forward over packed rows -> (float32 logits [b, t, vocab], aux)."""
+        b, t = tokens_bt.shape
+        if positions_bt is None:
+            positions_bt = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        if segment_ids_bt is None:
+            segment_ids_bt = jnp.ones((b, t), jnp.int32)
+        x = self.embed(tokens_bt)
+        policy = REMAT_POLICIES[self.cfg.remat]
+        routings, moe_index = [], 0
+        for block in self.layers:
+            forced = self._moe_slice(forced_expert_lbtk, moe_index) if isinstance(block.ffn, MoE) else None
+            if self.cfg.remat == "none":
+                x, routing = block(x, positions_bt, segment_ids_bt, forced)
+            else:
+                x, routing = nnx.remat(lambda blk, *a: blk(*a), policy=policy)(
+                    block, x, positions_bt, segment_ids_bt, forced)
+            if routing is not None:
+                routings.append(routing)
+                moe_index += 1
+        return self.logits(x), collect_aux(routings)
+
+    def extend(self, tokens_bt, cache: KVCache, n_new_b=None, forced_expert_lbtk=None):
+        """Append tokens to each row's cache (row b takes its first n_new_b[b]); -> (logits, cache, aux).
+
+        Logits at position i of row b predict the token after absolute index lengths_b + i. The
+        caller guarantees lengths_b + t <= cache.max_len.
+        """
+        b, t = tokens_bt.shape
+        n_new_b = jnp.full((b,), t, jnp.int32) if n_new_b is None else n_new_b
+        x = self.embed(tokens_bt)
+        new_k, new_v, routings, moe_index = [], [], [], 0
+        for i, block in enumerate(self.layers):
+            forced = self._moe_slice(forced_expert_lbtk, moe_index) if isinstance(block.ffn, MoE) else None
+            x, k, v, routing = block.extend(x, cache.k_bksh[i], cache.v_bksh[i], cache.lengths_b, forced)
+            new_k.append(k)
+            new_v.append(v)
+            if routing is not None:
+                routings.append(routing)
+                moe_index += 1
+        cache = KVCache(tuple(new_k), tuple(new_v), cache.lengths_b + n_new_b)
+        return self.logits(x), cache, collect_aux(routings)

@@ -1,0 +1,116 @@
+"""Local sandbox backend: bubblewrap or util-linux `unshare`, rlimits, cgroup v1 caps.
+
+Each workspace is a host directory (mode 0700 parent, so other host users cannot look in)
+owned by a uid unique to the workspace; it is bind-mounted at /workspace and is the only
+writable place besides a private /tmp. Needs root: the uid drop and cgroups require it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
+from collections.abc import Mapping, Sequence
+
+from composer_jax.sandbox import argv as argv_lib
+from composer_jax.sandbox import cgroups, files
+from composer_jax.sandbox.base import (
+    Limits,
+    RunResult,
+    SandboxBackend,
+    SandboxUnavailableError,
+    Workspace,
+)
+from composer_jax.sandbox.process import killpg, run_capped
+from composer_jax.sandbox.view import sandbox_uid, system_view
+
+FLAVOURS = ("bwrap", "unshare")
+REQUIRED_TOOLS = {
+    "bwrap": {"bwrap": "apt-get install bubblewrap", "setpriv": "apt-get install util-linux",
+              "prlimit": "apt-get install util-linux"},
+    "unshare": {"unshare": "apt-get install util-linux", "setpriv": "apt-get install util-linux",
+                "prlimit": "apt-get install util-linux", "pivot_root": "apt-get install util-linux",
+                "mount": "apt-get install mount"},
+}
+
+
+def missing_tools(flavour: str) -> list[str]:
+    """'tool (install hint)' for each tool of `flavour` not on PATH."""
+    return [f"{t} ({hint})" for t, hint in REQUIRED_TOOLS[flavour].items() if shutil.which(t) is None]
+
+
+class LocalBackend(SandboxBackend):
+    def __init__(self, flavour: str = "bwrap", base_dir: str | None = None, use_cgroups: bool = True):
+        if flavour not in FLAVOURS:
+            raise ValueError(f"unknown local sandbox flavour {flavour!r}; expected one of {FLAVOURS}")
+        if missing := missing_tools(flavour):
+            raise SandboxUnavailableError(f"{flavour} sandbox needs: {', '.join(missing)}")
+        if os.geteuid() != 0:
+            raise SandboxUnavailableError(f"{flavour} sandbox must run as root (uid drop, cgroups)")
+        self.name = flavour
+        self.base_dir = tempfile.mkdtemp(prefix="cj-sandbox-", dir=base_dir)  # 0700
+        self.mount_point = os.path.join(self.base_dir, ".root")  # unshare builds its root here
+        os.mkdir(self.mount_point)
+        weakref.finalize(self, shutil.rmtree, self.base_dir, True)
+        self.cgroup_parents = cgroups.parents() if use_cgroups else {}
+        self._probe()
+
+    @property
+    def uses_cgroups(self) -> bool:
+        return bool(self.cgroup_parents)
+
+    def _probe(self) -> None:
+        ws = self.create({})
+        try:
+            res = self.run(ws, ["true"], Limits(wall_s=10.0))
+        finally:
+            self.destroy(ws)
+        if res.returncode != 0:
+            raise SandboxUnavailableError(
+                f"{self.name} sandbox does not start here (rc={res.returncode}): {res.stderr.strip()[-500:]}")
+
+    def create(self, files_: Mapping[str, str | bytes]) -> Workspace:
+        wid = uuid.uuid4().hex
+        path = os.path.join(self.base_dir, wid)
+        os.mkdir(path, 0o755)
+        try:
+            files.write_tree(path, files_)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        return Workspace(id=wid, path=path, is_local=True)
+
+    def run(self, workspace: Workspace, argv: Sequence[str], limits: Limits = Limits(), *,  # noqa: B008 - as in base
+            stdin: str | None = None, ro_binds: Mapping[str, str] | None = None) -> RunResult:
+        if not argv:
+            raise ValueError("empty argv")
+        uid = sandbox_uid(workspace.id)
+        files.chown_tree(workspace.path, uid, uid)  # host-side tools may have written as root
+        view = system_view(ro_binds)
+        if self.name == "bwrap":
+            inner = argv_lib.bwrap_argv(view, workspace.path, uid, limits, argv)
+        else:
+            inner = argv_lib.unshare_argv(view, workspace.path, self.mount_point, uid, limits, argv)
+        cg = cgroups.make(self.cgroup_parents, f"cj-{uuid.uuid4().hex}", limits.memory_bytes,
+                          limits.max_procs + argv_lib.NS_OVERHEAD_PROCS) if self.cgroup_parents else []
+
+        def kill_tree(pid: int) -> None:
+            killpg(pid)  # the launcher; its death takes the namespace init and so the namespace
+            cgroups.kill(cg)
+
+        try:
+            cap = run_capped(argv_lib.launcher(cg, limits, inner), stdin, limits.wall_s,
+                             limits.max_output_bytes, kill_tree)
+        finally:
+            cgroups.kill(cg)
+            cgroups.remove(cg)
+        return RunResult(returncode=cap.returncode, stdout=cap.stdout.decode(errors="replace"),
+                         stderr=cap.stderr.decode(errors="replace"), timed_out=cap.timed_out,
+                         wall_s=cap.wall_s, output_truncated=cap.truncated)
+
+    def read_files(self, workspace: Workspace) -> dict[str, bytes]:
+        return files.read_tree(workspace.path)
+
+    def destroy(self, workspace: Workspace) -> None:
+        shutil.rmtree(workspace.path, ignore_errors=True)

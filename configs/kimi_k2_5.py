@@ -1,0 +1,47 @@
+"""Kimi-K2.5-class MoE (about 1.04T total, 32B active parameters): planning only, never materialised.
+
+Shapes follow the published Kimi K2 figures: 61 layers, hidden 7168, 384 routed experts
+(top-8, expert FFN 2048) plus 1 shared expert, first layer dense (FFN 18432), 64 attention
+heads, ~160k vocabulary, sigmoid routing with a scaling factor of 2.827.
+Attention is grouped-query here (8 KV heads) until multi-head latent attention lands; the
+parameter count moves by <1%.
+
+Run:
+  python -m composer_jax.tools.model_stats --config configs/kimi_k2_5.py
+"""
+import ml_collections
+
+from configs import tiny
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    if arg:
+        raise ValueError(f"configs/kimi_k2_5.py: takes no variant, got {arg!r}")
+    c = tiny.get_config()
+    c.name = "kimi_k2_5"
+    c.model.update(
+        vocab_size=163_840,
+        d_model=7168,
+        n_layers=61,
+        n_heads=64,
+        n_kv_heads=8,
+        head_dim=128,
+        d_ff=18_432,
+        rope_base=50_000.0,
+        tie_embeddings=False,
+        max_seq_len=262_144,
+        dtype="bfloat16",
+        n_experts=384,
+        top_k=8,
+        d_ff_expert=2048,
+        n_shared_experts=1,
+        first_dense_layers=1,
+        router_score="sigmoid",
+        routed_scale=2.827,
+        remat="save_dots_except_mlp",
+    )
+    c.data.seq_len = 32_768  # most mid-training compute is at 32k context
+    c.data.batch_size = 1024
+    c.mesh.update(data=-1, fsdp=64, expert=16, tensor=1)
+    c.train.update(lr=2e-4, warmup_steps=2000, steps=100_000)
+    return c
