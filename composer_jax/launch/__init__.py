@@ -1,0 +1,1 @@
+"""The pipeline's stages, run locally or described as cloud jobs (XManager)."""
