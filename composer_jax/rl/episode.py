@@ -1,0 +1,199 @@
+"""One episode's control flow as a generator of requests; the agent loop batches them.
+
+`run_episode` yields requests (env reset/step, engine start/reset/append/generate) and receives
+each one's result, so an episode reads as straight-line code while the agent loop serves many
+episodes' requests together (one prefill, one decode for all slots). A failing env call comes
+back as the exception object. Every path ends the episode with a reason (trajectory.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator
+from typing import Any, Protocol
+
+import jax
+
+from composer_jax.harness.protocol import (
+    Message,
+    encode_conversation,
+    encode_message,
+    encode_text_with_specials,
+)
+from composer_jax.rl import summarize
+from composer_jax.rl.engine_host import Generated, Scored
+from composer_jax.rl.rollout_config import RolloutConfig
+from composer_jax.rl.trajectory import Episode, Segment, Turn
+
+
+# Requests --------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class EnvReset:
+    kwargs: dict[str, Any]  # -> (observation, info) or the exception
+
+
+@dataclasses.dataclass
+class EnvStep:
+    action: str  # -> (observation, reward, terminated, truncated, info) or the exception
+
+
+@dataclasses.dataclass
+class Start:
+    key: jax.Array
+    tokens: list[int]  # new episode in the slot: key, empty context, then these -> Scored
+
+
+@dataclasses.dataclass
+class Reset:
+    tokens: list[int]  # empty the context, keep key and counter, prefill these -> Scored
+
+
+@dataclasses.dataclass
+class Append:
+    tokens: list[int]  # -> Scored
+
+
+@dataclasses.dataclass
+class Generate:
+    budget: int
+    stops: tuple[int, ...]  # -> Generated
+
+
+class ScriptedPolicy(Protocol):
+    """Text in, text out; the loop tokenises and teacher-forces it through the engine."""
+
+    def act(self, context: str) -> str: ...  # next assistant turn, e.g. a format_tool_call
+
+    def summarize(self, context: str) -> str: ...  # the summary body
+
+
+PolicyFactory = Callable[[Any], ScriptedPolicy]  # env (after reset) -> policy for the episode
+
+
+@dataclasses.dataclass
+class EpisodeContext:
+    index: int
+    task: dict[str, Any]
+    key: jax.Array
+    env: Any
+    tokenizer: Any
+    rollout: RolloutConfig
+    ids: summarize.SpecialIds
+    make_policy: PolicyFactory | None = None
+
+
+def run_episode(ctx: EpisodeContext) -> Generator[Any, Any, Episode]:
+    ep = Episode(ctx.index, dict(ctx.task))
+    tok, rollout, ids = ctx.tokenizer, ctx.rollout, ctx.ids
+    result = yield EnvReset(dict(ctx.task))
+    if isinstance(result, BaseException):
+        return _env_error(ep, result)
+    prompt_text, info = result
+    ep.info, ep.task_id = dict(info), info.get("task_id")
+    base, _ = encode_conversation([Message("system", info.get("system_prompt", "")),
+                                   Message("user", str(prompt_text))], tok)
+    if len(base) > summarize.max_prompt_len(rollout, ids):
+        ep.segments.append(Segment(prompt=base))
+        ep.flag("prompt_too_long")
+        return ep.finish("prompt_too_long")
+    policy = ctx.make_policy(ctx.env) if ctx.make_policy is not None else None
+    seg = Segment(prompt=base)
+    ep.segments.append(seg)
+    seg.prompt_experts = (yield Start(ctx.key, base)).experts
+    pending: list[int] = []  # harness tokens not yet appended (flushed with the next request)
+    carried: list[int] | None = None  # an observation held back to open the next segment
+
+    def context_text(extra: list[int]) -> str:
+        return tok.decode(seg.all_tokens + extra)
+
+    def policy_tokens(text: str, budget: int, close: int, add_close: bool) -> list[int]:
+        """A scripted turn's ids: up to its closing token (added to a summary), cut to budget."""
+        out = encode_text_with_specials(text, tok)
+        if close in out:
+            out = out[:out.index(close) + 1]
+        elif add_close:
+            out.append(close)
+        return out[:budget]
+
+    def turn(kind: str, prefix: list[int], budget: int, stops: tuple[int, ...]):
+        """Flush harness tokens + prefix, then the policy's tokens; returns (tokens, reason)."""
+        nonlocal pending
+        harness = pending + prefix
+        pending = []
+        if policy is None:
+            seg.add(harness, (yield Append(harness)).experts)
+            out: Generated = yield Generate(budget, stops)
+            tokens, logp, logp_sampler, experts = out.tokens.tolist(), out.logp, out.logp_sampler, out.experts
+        else:
+            text = policy.act(context_text(harness)) if kind == "action" else policy.summarize(context_text(harness))
+            body = policy_tokens(text, budget, stops[0], add_close=kind == "summary")
+            scored: Scored = yield Append(harness + body)  # teacher-forced: one prefill, scored
+            seg.add(harness, scored.experts[:len(harness)])
+            tokens, logp, logp_sampler, experts = body, scored.logp[len(harness):], None, scored.experts[len(harness):]
+        start = len(seg.tokens)
+        seg.add(tokens, experts, logp=logp, logp_sampler=logp_sampler, policy=True)
+        reason = ids.end_reason(tokens[-1] if tokens else None, len(tokens), budget)
+        seg.turns.append(Turn(kind, start, len(seg.tokens), reason))
+        return tokens, reason
+
+    while True:
+        if seg.policy_turns and (carried is not None or
+                                 summarize.needs_summary(seg.context_len + len(pending), rollout, ids)):
+            if len(ep.segments) >= rollout.max_segments:
+                ep.flag("max_segments")
+                return ep.finish("max_segments")
+            tokens, reason = yield from turn("summary", list(ids.request), rollout.summary_budget,
+                                             ids.summary_stops)
+            if reason in ("budget", "no_stop"):
+                ep.flag("summary_overflow")
+            body = tokens[:-1] if reason not in ("budget", "no_stop") else tokens
+            seg.end_reason = "summary_reset"
+            seg = Segment(prompt=summarize.reset_prompt(base, body, ids))
+            ep.segments.append(seg)
+            seg.prompt_experts = (yield Reset(seg.prompt)).experts
+            if carried is not None:
+                room = (rollout.window - summarize.reserve(rollout, ids) - seg.context_len
+                        - 1 - rollout.turn_budget)
+                pending, carried = _fit(carried, room, ids, ep), None
+        if ep.turns >= rollout.max_turns:
+            return ep.finish("max_turns")
+        tokens, reason = yield from turn("action", [ids.assistant], rollout.turn_budget, ids.turn_stops)
+        ep.turns += 1
+        if reason == "budget":
+            ep.flag("turn_truncated")
+        pending = [] if reason == "end_of_turn" else [ids.end_of_turn]
+        result = yield EnvStep(tok.decode(tokens))
+        if isinstance(result, BaseException):
+            return _env_error(ep, result)
+        observation, reward, terminated, truncated, info = result
+        ep.reward, ep.info = float(reward), dict(info)
+        if terminated:
+            return ep.finish("submit" if info.get("tool") == "submit" else "env_terminated")
+        if truncated:
+            return ep.finish("env_truncated")
+        obs_ids, _ = encode_message(Message("tool", str(observation)), tok)
+        room = rollout.window - summarize.reserve(rollout, ids) - seg.context_len - len(pending)
+        if len(obs_ids) <= room:
+            pending += obs_ids
+        elif len(ep.segments) >= rollout.max_segments:
+            ep.flag("max_segments")
+            return ep.finish("max_segments")
+        else:  # summarise first; the observation opens the next segment
+            carried = obs_ids
+
+
+def _fit(obs_ids: list[int], room: int, ids: summarize.SpecialIds, ep: Episode) -> list[int]:
+    """The observation, cut to `room` tokens (keeping its head and closing token) and flagged.
+    `summarize.max_prompt_len` guarantees room for the role token, the marker and the close."""
+    if len(obs_ids) <= room:
+        return obs_ids
+    ep.flag("observation_truncated")
+    keep = room - len(ids.truncation_marker) - 1
+    return obs_ids[:keep] + list(ids.truncation_marker) + [ids.end_of_turn]
+
+
+def _env_error(ep: Episode, error: BaseException) -> Episode:
+    ep.info = dict(ep.info, error=f"{type(error).__name__}: {error}")
+    ep.flag("env_error")
+    if not ep.segments:
+        ep.segments.append(Segment(prompt=[]))
+    return ep.finish("env_error")

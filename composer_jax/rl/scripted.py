@@ -1,0 +1,84 @@
+"""Scripted policies for the agent loop's teacher-forced mode (SFT data with summaries, tests).
+
+  * `ExpertPolicy`: plays `environments.experts.expert_plan` in order; its summaries only
+    count progress (the plan, not the context, carries what it needs).
+  * `NoteChainPolicy`: solves LongHorizon from what is in its context alone: it follows the
+    note chain, and when asked to summarise writes down the key, the fragments and the next
+    note. With `carry_facts=False` its summaries keep only the next note, so the facts are
+    lost at a reset: the diagnostic's negative control.
+"""
+from __future__ import annotations
+
+import re
+
+from composer_jax.harness import special_tokens as st
+from composer_jax.harness.protocol import format_tool_call
+
+KEY = re.compile(r"The access key is `([^`]+)`")
+FRAGMENT = re.compile(r"Fragment (\d+) of (\d+): `([a-z]+|\?)`")  # "?": position only
+NEXT = re.compile(r"Next note: (\S+\.md)")
+LAST = "This is the last note."
+WRITTEN = "config.py is written."
+
+
+class ExpertPolicy:
+    def __init__(self, env):
+        from environments.experts import expert_plan
+
+        self.plan = expert_plan(env.unwrapped.task)
+        self.done = 0
+
+    def act(self, context: str) -> str:
+        action = self.plan[min(self.done, len(self.plan) - 1)]
+        self.done += 1
+        return action
+
+    def summarize(self, context: str) -> str:
+        return f"Progress: {self.done} of {len(self.plan)} planned actions done."
+
+
+class NoteChainPolicy:
+    def __init__(self, env=None, carry_facts: bool = True):
+        self.carry_facts = carry_facts
+
+    @staticmethod
+    def facts(context: str) -> dict:
+        """Key, fragments and the pointer after the furthest note, from tool results and summaries."""
+        key = KEY.search(context)
+        fragments = {int(i): (int(n), text) for i, n, text in FRAGMENT.findall(context) if text != "?"}
+        pointer, furthest = None, -1
+        blocks = re.split(re.escape(st.TOOL_RESULT) + "|" + re.escape(st.SUMMARY_OPEN), context)[1:]
+        for block in blocks:
+            indices = [int(i) for i, _, _ in FRAGMENT.findall(block)] or ([0] if KEY.search(block) else [])
+            nxt = NEXT.search(block)
+            if indices and max(indices) > furthest and (nxt or LAST in block):
+                furthest, pointer = max(indices), (nxt.group(1) if nxt else LAST)
+        return dict(key=key.group(1) if key else None, fragments=fragments, pointer=pointer, furthest=furthest,
+                    written=WRITTEN in context or '"name": "write_file"' in context)
+
+    def act(self, context: str) -> str:
+        f = self.facts(context)
+        if f["pointer"] is None:
+            return format_tool_call("read_file", path="docs/start.md")
+        if f["pointer"] != LAST:
+            return format_tool_call("read_file", path=f["pointer"])
+        if not f["written"]:
+            joined = "-".join(text for _, (_, text) in sorted(f["fragments"].items()))
+            content = f"ACCESS_KEY = {f['key'] or ''!r}\nFRAGMENTS = {joined!r}\n"
+            return format_tool_call("write_file", path="config.py", content=content)
+        return format_tool_call("submit")
+
+    def summarize(self, context: str) -> str:
+        f = self.facts(context)
+        lines = []
+        if self.carry_facts:
+            if f["key"]:
+                lines.append(f"The access key is `{f['key']}`.")
+            lines += [f"Fragment {i} of {n}: `{text}`" for i, (n, text) in sorted(f["fragments"].items())]
+        elif f["furthest"] >= 0:  # keep the position in the chain but forget what was found
+            lines.append(f"Fragment {f['furthest']} of 0: `?`")
+        if f["pointer"] is not None:
+            lines.append(f"Next note: {f['pointer']}" if f["pointer"] != LAST else LAST)
+        if f["written"]:
+            lines.append(WRITTEN)
+        return "\n".join(lines)

@@ -1,0 +1,198 @@
+"""Agent loop: continuous batching, self-summarisation on LongHorizon, and bad input."""
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import environments  # noqa: F401 - registers the environments
+from composer_jax.config_loading import load_config
+from composer_jax.data.tokenizer import Tokenizer
+from composer_jax.harness.protocol import ToolCallError, parse_tool_call
+from composer_jax.model import ModelConfig, Transformer
+from composer_jax.rl.agent import AgentLoop
+from composer_jax.rl.engine_host import RolloutEngine
+from composer_jax.rl.rollout_config import RolloutConfig
+from composer_jax.rl.scripted import ExpertPolicy, NoteChainPolicy
+from composer_jax.rl.trajectory import SEGMENT_END_REASONS
+
+TOY = RolloutConfig(window=512, summary_budget=16, turn_budget=8, slots=4, max_segments=4,
+                    max_turns=6, prefill_buckets=(32, 256), temperature=1.0)
+LONG = RolloutConfig(window=3072, summary_budget=192, turn_budget=512, slots=2, max_segments=40,
+                     max_turns=80, prefill_buckets=(64, 256))
+
+
+class ToyEnv(gym.Env):
+    """Ends after `turns` steps; options make it raise or return huge observations."""
+
+    def reset(self, *, seed=None, options=None):
+        o = dict(options or {})
+        self.turn, self.turns = 0, o.get("turns", 3)
+        self.obs_chars, self.raise_at = o.get("obs_chars", 0), o.get("raise_at")
+        if o.get("raise_on_reset"):
+            raise RuntimeError("no sandbox")
+        return "Do the thing.", {"task_id": f"toy-{seed}", "system_prompt": "You are a test agent."}
+
+    def step(self, action):
+        self.turn += 1
+        if self.turn == self.raise_at:
+            raise RuntimeError("sandbox died")
+        call = parse_tool_call(action)
+        obs = call.observation() if isinstance(call, ToolCallError) else "ok"
+        done = self.turn >= self.turns
+        return obs + "z" * self.obs_chars, float(done), done, False, {"tool": "submit" if done else None}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.byte_level()
+
+
+@pytest.fixture(scope="module")
+def model_parts():
+    cfg = ModelConfig.from_config(load_config("configs/tiny.py:test").model)
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    return cfg, graphdef, params
+
+
+@pytest.fixture(scope="module")
+def toy_engine(model_parts, tokenizer):
+    cfg, graphdef, params = model_parts
+    return RolloutEngine(graphdef, params, cfg, TOY, valid_vocab=tokenizer.vocab_size)
+
+
+@pytest.fixture(scope="module")
+def long_engine(model_parts, tokenizer):
+    cfg, graphdef, params = model_parts
+    return RolloutEngine(graphdef, params, cfg, LONG, valid_vocab=tokenizer.vocab_size)
+
+
+def check_ended(episodes):
+    for ep in episodes:
+        assert ep.end_reason in SEGMENT_END_REASONS
+        assert all(s.end_reason == "summary_reset" for s in ep.segments[:-1])
+        assert ep.segments[-1].end_reason == ep.end_reason
+
+
+def test_continuous_batching_equals_each_episode_alone(toy_engine, tokenizer):
+    """Five episodes of different lengths in four slots (slots refill as episodes end) give the
+    same token streams and log-probs as running each one alone. Turns hit the budget, summaries
+    overflow: the model is random."""
+    tasks = [{"seed": i, "options": {"turns": t}} for i, t in enumerate([5, 1, 3, 2, 4])]
+    loop = AgentLoop(toy_engine, tokenizer, TOY, ToyEnv)
+    together = loop.run(tasks)
+    alone = [loop.run([task], episode_ids=[i])[0] for i, task in enumerate(tasks[:3])]
+    for a, b in zip(alone, together):
+        assert len(a.segments) == len(b.segments)
+        for sa, sb in zip(a.segments, b.segments):
+            assert sa.all_tokens == sb.all_tokens and sa.loss_mask == sb.loss_mask
+            np.testing.assert_allclose(sa.logp, sb.logp, atol=1e-5)
+    check_ended(together)
+    assert [ep.turns for ep in together] == [5, 1, 3, 2, 4]
+    assert [ep.end_reason for ep in together] == ["submit"] * 5
+    long = together[0]
+    assert len(long.segments) >= 2 and "summary_overflow" in long.flags and "turn_truncated" in long.flags
+    summary = long.segments[0].turns[-1]
+    assert summary.kind == "summary" and summary.end_reason == "budget"
+    assert summary.end - summary.start == TOY.summary_budget
+    # The cut summary opens the next segment as generated ids, closed by the harness.
+    body = long.segments[0].tokens[summary.start:summary.end]
+    assert long.segments[1].prompt[-len(body) - 2:-2] == body
+
+
+def test_recorded_logprobs_match_a_full_forward_over_each_segment(toy_engine, tokenizer, model_parts):
+    _, graphdef, params = model_parts
+    model = nnx.merge(graphdef, params)
+    ep = AgentLoop(toy_engine, tokenizer, TOY, ToyEnv).run([{"seed": 3, "options": {"turns": 4}}])[0]
+    assert len(ep.segments) >= 2
+    for seg in ep.segments:
+        tokens = seg.all_tokens
+        padded = tokens + [0] * (TOY.window - len(tokens))  # one shape, one compile; causal
+        logits, _ = model(jnp.asarray([padded]))
+        logp = np.asarray(jax.nn.log_softmax(logits[0] / TOY.temperature)[jnp.arange(len(tokens) - 1),
+                                                                        jnp.asarray(tokens[1:])])
+        mask = np.asarray(seg.loss_mask, bool)
+        assert mask.sum() > 0 and seg.all_experts().shape[0] == len(tokens)
+        np.testing.assert_allclose(np.asarray(seg.logp)[mask], logp[len(seg.prompt) - 1:][mask], atol=2e-5)
+
+
+def test_bad_inputs_end_or_flag_episodes_and_the_batch_goes_on(toy_engine, tokenizer):
+    tasks = [
+        {"seed": 0, "options": {"turns": 3, "obs_chars": 3000}},  # observations larger than the window
+        {"seed": 1, "options": {"turns": 5, "raise_at": 2}},  # env raises mid-episode
+        {"seed": 2, "options": {"raise_on_reset": True}},  # env raises at reset
+        {"seed": 3, "options": {"turns": 2}},
+        {"seed": 4, "options": {"turns": 50}},  # longer than rollout.max_turns
+    ]
+    loop = AgentLoop(toy_engine, tokenizer, TOY, ToyEnv)
+    huge, broken, no_reset, fine, endless = loop.run(tasks)
+    check_ended([huge, broken, no_reset, fine, endless])
+    assert "observation_truncated" in huge.flags and huge.end_reason in ("submit", "max_segments")
+    assert max(s.context_len for s in huge.segments) <= TOY.window
+    assert broken.end_reason == "env_error" and "sandbox died" in broken.info["error"] and broken.turns == 2
+    assert no_reset.end_reason == "env_error" and "no sandbox" in no_reset.info["error"]
+    assert fine.end_reason == "submit" and fine.reward == 1.0
+    assert endless.end_reason in ("max_turns", "max_segments")
+    # Unclosed tool calls: each turn hit its budget and came back as an error observation.
+    first = fine.segments[0]
+    assert first.turns[0].end_reason == "budget" and "turn_truncated" in fine.flags
+    assert "Error (" in tokenizer.decode(first.tokens[first.turns[0].end:])
+    assert 0 <= loop.stats["env_fraction"] < 1
+
+
+class LongSummary:
+    """Scripted policy whose summary runs far past the budget after the facts."""
+
+    def __init__(self, env):
+        self.inner = NoteChainPolicy(env)
+
+    def act(self, context):
+        return self.inner.act(context)
+
+    def summarize(self, context):
+        return self.inner.summarize(context) + "\n" + "word " * 500
+
+
+def longhorizon_env(**suite):
+    return lambda: gym.make("composer/LongHorizon-v0", split="validation", max_turns=LONG.max_turns,
+                            suite_options=dict(validation_size=4, **suite))
+
+
+def test_longhorizon_summaries_carry_the_facts_across_resets(long_engine, tokenizer):
+    """The note-chain policy sees only its context: with summaries that carry the key and
+    fragments it solves the task over several segments; with summaries that drop them it fails."""
+    tasks = [{"options": {"task_index": 0}}, {"options": {"task_index": 1}}]
+    carry = AgentLoop(long_engine, tokenizer, LONG, longhorizon_env(hops=4, filler_lines=4),
+                      make_policy=NoteChainPolicy).run(tasks)
+    forget = AgentLoop(long_engine, tokenizer, LONG, longhorizon_env(hops=4, filler_lines=4),
+                       make_policy=lambda env: NoteChainPolicy(env, carry_facts=False)).run(tasks)
+    check_ended(carry + forget)
+    for ep in carry:
+        assert ep.reward == 1.0 and ep.end_reason == "submit" and not ep.flags, (ep.flags, ep.info)
+        assert len(ep.segments) >= 3
+        assert max(s.context_len for s in ep.segments) <= LONG.window
+        assert sum(t.kind == "summary" for s in ep.segments for t in s.turns) == len(ep.segments) - 1
+        # Summaries are policy tokens (trained), and the next segment's prompt carries them.
+        seg = ep.segments[0]
+        summary = seg.turns[-1]
+        assert summary.kind == "summary" and all(seg.loss_mask[summary.start:summary.end])
+    assert all(ep.reward == 0.0 and ep.end_reason == "submit" for ep in forget)
+
+
+def test_expert_loop_finishes_a_transcript_ten_windows_long(long_engine, tokenizer):
+    loop = AgentLoop(long_engine, tokenizer, LONG, longhorizon_env(hops=40, filler_lines=6),
+                     make_policy=ExpertPolicy)
+    ep = loop.run([{"options": {"task_index": 0}}])[0]
+    assert ep.reward == 1.0 and ep.end_reason == "submit", (ep.flags, ep.info)
+    assert ep.transcript_tokens >= 10 * LONG.window
+    assert len(ep.segments) >= 10 and max(s.context_len for s in ep.segments) <= LONG.window
+
+
+def test_scripted_summary_over_budget_is_cut_and_flagged(long_engine, tokenizer):
+    ep = AgentLoop(long_engine, tokenizer, LONG, longhorizon_env(hops=2, filler_lines=4),
+                   make_policy=LongSummary).run([{"options": {"task_index": 0}}])[0]
+    check_ended([ep])
+    assert "summary_overflow" in ep.flags and ep.reward == 1.0  # the cut kept the facts
+    cut = ep.segments[0].turns[-1]
+    assert cut.kind == "summary" and cut.end - cut.start == LONG.summary_budget
