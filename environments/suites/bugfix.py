@@ -1,0 +1,187 @@
+"""BugFix: real code with one or two planted bugs; the agent must make the hidden tests pass.
+
+Build (cached on disk): for each source repo (HumanEval problems, hand-written packages) check
+that the original passes its hidden tests, enumerate AST mutants of its code, and keep a
+mutant only if it fails at least one hidden test (without hanging). All checks run through
+`check_runner` in forked workers, so a full build takes seconds, not minutes.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import zlib
+
+from composer_jax.grading.task import Task
+from environments.suites import cache, check_runner, mutations, sources
+from environments.suites.base import TaskSuite, check_split, split_of
+from environments.suites.check_runner import Check
+
+DOUBLE_MUTANTS_PER_FILE = 8
+# A mutant may take this many times the original's test time before it counts as hanging;
+# hanging mutants are dropped (they would make every grading of the task slow).
+SLOWDOWN_LIMIT = 10.0
+MIN_TIMEOUT_S = 0.05
+GENERATOR_MODULES = (mutations, sources, check_runner)
+
+
+class BrokenSourceRepoError(RuntimeError):
+    """A hand-written source repo fails its own tests before any mutation."""
+
+
+def _all_sources() -> list[sources.SourceRepo]:
+    problems = sources.humaneval_problems().values()
+    return [sources.humaneval_repo(p) for p in problems] + [
+        sources.handwritten_repo(n) for n in sources.handwritten_repo_names()
+    ]
+
+
+def _original_checks(repos: list[sources.SourceRepo]) -> list[Check]:
+    return [Check(r.source_id, {**r.files, **r.hidden_tests}, r.hidden_calls + r.visible_calls + r.tripwire_calls)
+            for r in repos]
+
+
+def _mutant_candidates(repo: sources.SourceRepo) -> list[tuple[str, mutations.Mutant]]:
+    out = []
+    for path in repo.mutable_files:
+        singles = mutations.mutants(repo.files[path])
+        seed = zlib.crc32(f"{repo.source_id}/{path}".encode())
+        doubles = mutations.double_mutants(repo.files[path], singles, DOUBLE_MUTANTS_PER_FILE, seed)
+        out += [(path, m) for m in singles + doubles]
+    return out
+
+
+def build_records(workers: int | None = None) -> dict:
+    """Validated mutants of every source, plus counts of what was dropped and why."""
+    repos = _all_sources()
+    originals = check_runner.run_checks(_original_checks(repos), workers)
+    kept_repos, dropped_sources, visible_broken, tripwires_ok = [], [], [], []
+    for repo in repos:
+        result = originals[repo.source_id]
+        hidden_failed = [t for t in result.failed if t in {c.node_id for c in repo.hidden_calls}]
+        if result.status != "ok" or hidden_failed:
+            if repo.source_id.startswith("repo-"):
+                raise BrokenSourceRepoError(
+                    f"source repo {repo.source_id} fails its own tests before mutation "
+                    f"({result.status}: {hidden_failed}); fix environments/suites/repos_data/"
+                )
+            dropped_sources.append(repo.source_id)
+            continue
+        if any(c.node_id in result.failed for c in repo.visible_calls):
+            visible_broken.append(repo.source_id)  # e.g. a docstring example that is not exact
+        if repo.tripwire_calls and all(c.node_id in result.failed for c in repo.tripwire_calls):
+            tripwires_ok.append(repo.source_id)
+        kept_repos.append(repo)
+
+    candidates, checks = {}, []
+    for repo in kept_repos:
+        timeout = min(check_runner.CHECK_TIMEOUT_S,
+                      max(MIN_TIMEOUT_S, SLOWDOWN_LIMIT * originals[repo.source_id].seconds))
+        for i, (path, mutant) in enumerate(_mutant_candidates(repo)):
+            key = f"{repo.source_id}#{i}"
+            candidates[key] = (repo, path, mutant)
+            files = {**repo.files, path: mutant.source, **repo.hidden_tests}
+            checks.append(Check(key, files, repo.hidden_calls, timeout))
+    results = check_runner.run_checks(checks, workers)
+
+    records, outcome_counts = [], {"kept": 0, "survived": 0, "timeout_or_crash": 0}
+    for key, (repo, path, mutant) in candidates.items():
+        result = results[key]
+        if result.status != "ok":
+            outcome_counts["timeout_or_crash"] += 1
+        elif not result.failed:
+            outcome_counts["survived"] += 1  # equivalent or untested mutant
+        else:
+            outcome_counts["kept"] += 1
+            records.append({
+                "task_id": f"bugfix/{repo.source_id}/{mutant.operator}-{key.split('#')[1]}",
+                "source_id": repo.source_id, "path": path, "operator": mutant.operator,
+                "line": mutant.line, "source": mutant.source, "failing": list(result.failed),
+            })
+    return {"records": records, "dropped_sources": dropped_sources, "visible_broken": visible_broken,
+            "tripwires_ok": tripwires_ok, "outcomes": outcome_counts}
+
+
+def _generator_key() -> str:
+    code = cache.file_bytes(*(m.__file__ for m in GENERATOR_MODULES), __file__)
+    data = cache.file_bytes(sources.humaneval_data_file(), *sources.handwritten_data_files())
+    return cache.fingerprint(code + data)
+
+
+def load_records(cache_dir: str | None = None, workers: int | None = None) -> dict:
+    return cache.cached_json("bugfix", _generator_key(), lambda: build_records(workers), cache_dir)
+
+
+def _function_at(source: str, line: int) -> str:
+    """Qualified name of the innermost function containing `line`."""
+    best, stack = "the code", [(ast.parse(source), "")]
+    while stack:
+        node, prefix = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if isinstance(child, ast.ClassDef):
+                    stack.append((child, name + "."))
+                elif child.lineno <= line <= child.end_lineno:
+                    best = name
+                    stack.append((child, name + "."))
+    return best
+
+
+def _prompt(repo: sources.SourceRepo, path: str, function: str, has_examples: bool, bugs: int) -> str:
+    fix = "Find and fix the bug" if bugs == 1 else f"There are {bugs} bugs in {path}; find and fix them"
+    if repo.source_id.startswith("humaneval-"):
+        examples = (f" `{sources.VISIBLE_TEST_FILE}` runs the docstring examples." if has_examples else "")
+        return (f"The function `{function}` in `{path}` does not do what its docstring says. "
+                f"{fix}.{examples} Hidden tests will check `{function}` against its docstring when "
+                "you submit.")
+    return (f"Users report that `{function}` in `{path}` misbehaves. {fix}; the package's hidden "
+            "test suite is run when you submit, so do not break anything else.")
+
+
+class BugFixSuite(TaskSuite):
+    name = "BugFix"
+
+    def __init__(self, cache_dir: str | None = None, workers: int | None = None,
+                 validation_percent: int = 10):
+        built = load_records(cache_dir, workers)
+        self.stats = {k: len(v) if isinstance(v, list) else v for k, v in built.items() if k != "records"}
+        self._records = {r["task_id"]: r for r in built["records"]}
+        self._visible_broken = set(built["visible_broken"])
+        self._tripwires_ok = set(built["tripwires_ok"])
+        self._repos = {r.source_id: r for r in _all_sources()}
+        self._splits = {s: [] for s in ("train", "validation")}
+        for task_id, record in self._records.items():
+            self._splits[split_of(record["source_id"], validation_percent)].append(task_id)
+
+    def task_ids(self, split: str) -> list[str]:
+        check_split(split)
+        return list(self._splits[split])
+
+    def get(self, task_id: str) -> Task:
+        record = self._records.get(task_id)
+        if record is None:
+            raise self.unknown(task_id)
+        repo, path = self._repos[record["source_id"]], record["path"]
+        files = {**repo.files, path: record["source"]}
+        has_examples = bool(repo.visible_calls) and record["source_id"] not in self._visible_broken
+        if repo.visible_calls and not has_examples:
+            files.pop(sources.VISIBLE_TEST_FILE, None)
+        return Task(
+            task_id=task_id,
+            suite=self.name,
+            prompt=_prompt(repo, path, _function_at(repo.files[path], record["line"]), has_examples,
+                           bugs=record["operator"].count("+") + 1),
+            files=files,
+            hidden_tests=dict(repo.hidden_tests),
+            graded_tests=tuple(c.node_id for c in repo.hidden_calls),
+            tripwire_tests=tuple(c.node_id for c in repo.tripwire_calls)
+            if record["source_id"] in self._tripwires_ok else (),
+            metadata={
+                "source_id": record["source_id"],
+                "operator": record["operator"],
+                "line": str(record["line"]),
+                "fail_to_pass": json.dumps(record["failing"]),
+                "reference_files": json.dumps({path: repo.files[path]}),
+            },
+        )
+

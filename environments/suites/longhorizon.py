@@ -1,0 +1,130 @@
+"""LongHorizon: a diagnostic that only an agent carrying facts across context resets can solve.
+
+The repo is a chain of notes. The first note reveals an access key found nowhere else; each
+following note holds one fragment and names the next note; every note is padded with filler
+text so that reading them all overflows a small context window. The final edit writes the key
+and the fragments (in chain order) into `config.py`. A model that loses the key or a fragment
+at a summary/reset fails; `hops` and `filler_lines` set the difficulty.
+
+Tasks are generated from (split, hops, filler_lines, index), so they are deterministic, need no
+build, and train and validation never share a task.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import re
+
+from composer_jax.grading.task import Task
+from environments.suites.base import TaskSuite, check_split
+
+WORDS = (
+    "cache queue worker shard replica lease token batch index commit branch merge buffer "
+    "schema route proxy socket thread signal kernel tensor vector matrix gradient optimizer "
+    "sampler rollout reward policy segment summary context window budget trace metric"
+).split()
+ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)/(train|validation)-(\d+)$")
+CONFIG_FILE = "config.py"
+CONFIG_TEMPLATE = (
+    '"""Fill in from the notes: the access key from docs/start.md, and the fragments joined\n'
+    'with "-" in the order the notes chain them."""\n'
+    'ACCESS_KEY = {key!r}\nFRAGMENTS = {fragments!r}\n'
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LongHorizonOptions:
+    hops: int = 6  # notes after the start note, each a required read
+    filler_lines: int = 30  # filler lines per note (file size)
+    train_size: int = 10_000
+    validation_size: int = 200
+
+    def __post_init__(self):
+        if not 1 <= self.hops <= 200:
+            raise ValueError(f"hops={self.hops} must be in [1, 200]")
+        if not 0 <= self.filler_lines <= 5000:
+            raise ValueError(f"filler_lines={self.filler_lines} must be in [0, 5000]")
+        if self.train_size < 1 or self.validation_size < 1:
+            raise ValueError("train_size and validation_size must be positive")
+
+
+def _filler(rng: random.Random, lines: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 14))).capitalize() + "."
+            for _ in range(lines)]
+
+
+def _pad(rng: random.Random, filler_lines: int, key_lines: list[str]) -> str:
+    """Key lines inserted at random positions among filler lines."""
+    lines = _filler(rng, filler_lines)
+    for line in key_lines:
+        lines.insert(rng.randint(0, len(lines)), line)
+    return "\n".join(lines) + "\n"
+
+
+def make_task(split: str, hops: int, filler_lines: int, index: int) -> Task:
+    rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/{index}")
+    key = "K-" + "".join(rng.choice("0123456789abcdef") for _ in range(8))
+    fragments = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5)) for _ in range(hops)]
+    names = rng.sample(range(1000, 10000), hops)
+    chain = [f"docs/note_{n}.md" for n in names]
+    files = {"docs/start.md": _pad(rng, filler_lines, [
+        f"The access key is `{key}`. It is written nowhere else.", f"Next note: {chain[0]}"])}
+    for i, path in enumerate(chain):
+        pointer = f"Next note: {chain[i + 1]}" if i + 1 < hops else "This is the last note."
+        files[path] = _pad(rng, filler_lines, [f"Fragment {i + 1} of {hops}: `{fragments[i]}`", pointer])
+    files[CONFIG_FILE] = CONFIG_TEMPLATE.format(key="", fragments="")
+    files["test_config.py"] = (
+        "import config\n\n\ndef test_config_is_filled_with_strings():\n"
+        "    assert isinstance(config.ACCESS_KEY, str) and config.ACCESS_KEY\n"
+        "    assert isinstance(config.FRAGMENTS, str) and config.FRAGMENTS\n"
+    )
+    answer = "-".join(fragments)
+    hidden = (
+        "import config\n\n\n"
+        f"def test_access_key():\n    assert config.ACCESS_KEY == {key!r}\n\n\n"
+        f"def test_fragments():\n    assert config.FRAGMENTS == {answer!r}\n"
+    )
+    return Task(
+        task_id=f"longhorizon/h{hops}-f{filler_lines}/{split}-{index}",
+        suite="LongHorizon",
+        prompt=(f"Complete {CONFIG_FILE}. Start by reading docs/start.md and follow the chain of "
+                f"notes to the last one ({hops} notes after the start). Set ACCESS_KEY to the key "
+                "from the start note and FRAGMENTS to all fragments joined with '-' in chain order. "
+                "Hidden tests check both values."),
+        files=files,
+        hidden_tests={"test_hidden.py": hidden},
+        graded_tests=("test_hidden.py::test_access_key", "test_hidden.py::test_fragments"),
+        metadata={
+            "source_id": f"longhorizon-{split}-{index}",
+            "read_order": json.dumps(["docs/start.md", *chain]),
+            # characters the required reads put into context; pick filler_lines so this
+            # exceeds the model's window and summaries become necessary
+            "read_chars": str(sum(len(files[p]) for p in ["docs/start.md", *chain])),
+            "reference_files": json.dumps({CONFIG_FILE: CONFIG_TEMPLATE.format(key=key, fragments=answer)}),
+        },
+    )
+
+
+class LongHorizonSuite(TaskSuite):
+    name = "LongHorizon"
+
+    def __init__(self, options: LongHorizonOptions = LongHorizonOptions()):
+        self.options = options
+
+    def _size(self, split: str) -> int:
+        return self.options.train_size if split == "train" else self.options.validation_size
+
+    def task_ids(self, split: str) -> list[str]:
+        check_split(split)
+        o = self.options
+        return [f"longhorizon/h{o.hops}-f{o.filler_lines}/{split}-{i}" for i in range(self._size(split))]
+
+    def get(self, task_id: str) -> Task:
+        """Any well-formed id is valid, so one suite can serve tasks of other difficulties."""
+        match = ID_PATTERN.match(task_id)
+        if not match:
+            raise self.unknown(task_id)
+        hops, filler, split, index = int(match[1]), int(match[2]), match[3], int(match[4])
+        LongHorizonOptions(hops=hops, filler_lines=filler)  # validates the ranges
+        return make_task(split, hops, filler, index)

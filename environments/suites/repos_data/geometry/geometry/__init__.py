@@ -1,0 +1,1 @@
+"""2-D geometry helpers: vectors and polygons."""

@@ -1,0 +1,1 @@
+"""A toy inventory: items, a store with stock rules, and reports."""

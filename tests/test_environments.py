@@ -1,0 +1,235 @@
+"""The Gymnasium environments end to end: real sandbox, real grader, scripted experts."""
+import concurrent.futures
+
+import gymnasium as gym
+import pytest
+
+import environments  # noqa: F401 - registers the environments
+from composer_jax.harness import format_tool_call
+from composer_jax.harness import special_tokens as st
+from environments.experts import NoExpertError, expert_plan, null_plan, run_plan
+from environments.suites import make_suite
+
+LONG = {"hops": 3, "filler_lines": 5, "validation_size": 20}
+SUITE_KWARGS = {"BugFix": {}, "Implement": {}, "LongHorizon": {"suite_options": LONG}}
+
+
+def make(suite, **kwargs):
+    return gym.make(f"composer/{suite}-v0", split="validation", **{**SUITE_KWARGS[suite], **kwargs})
+
+
+def sample_ids(suite, n):
+    env_kwargs = SUITE_KWARGS[suite].get("suite_options", {})
+    ids = make_suite(suite, **env_kwargs).task_ids("validation")
+    return ids[:: max(1, len(ids) // n)][:n]
+
+
+@pytest.mark.parametrize("suite", ["BugFix", "Implement", "LongHorizon"])
+def test_expert_solves_and_null_policy_fails(suite):
+    env = make(suite)
+    for task_id in sample_ids(suite, 2):
+        expert = run_plan(env, expert_plan, task_id=task_id, verify=True)
+        assert expert.reward == 1.0, (task_id, expert.info.get("grading_details"))
+        assert expert.info["passed"] == expert.info["total"] > 0
+        null = run_plan(env, null_plan, task_id=task_id)
+        assert null.reward == 0.0 and null.info["passed"] < null.info["total"]
+    env.close()
+
+
+def test_expert_solves_multi_file_repo_tasks():
+    """The hand-written packages all hash into the train split; cover them here."""
+    env = gym.make("composer/BugFix-v0", split="train")
+    ids = [i for i in make_suite("BugFix").task_ids("train") if i.startswith("bugfix/repo-")]
+    picks = [next(i for i in ids if "+" in i), next(i for i in ids if "+" not in i and "inventory" in i)]
+    for task_id in picks:
+        assert run_plan(env, expert_plan, task_id=task_id).reward == 1.0, task_id
+        assert run_plan(env, null_plan, task_id=task_id).reward == 0.0, task_id
+    env.close()
+
+
+def test_expert_transcript_is_sft_ready():
+    env = make("LongHorizon")
+    t = run_plan(env, expert_plan, task_id=sample_ids("LongHorizon", 1)[0])
+    messages = t.messages()
+    assert [m.role for m in messages[:3]] == ["system", "user", "assistant"]
+    assert messages[-1].role == "assistant" and messages[-1].content == format_tool_call("submit")
+    assert len(t.turns) == 4 + 1 + 1  # start + 3 notes, write config, submit
+    assert "Fragment 1 of 3" in messages[5].content  # the observation after reading note 1
+    env.close()
+
+
+def test_leetcode_has_no_expert():
+    suite = make_suite("Implement")
+    with pytest.raises(NoExpertError, match="LeetCode"):
+        expert_plan(suite.get(suite.task_ids("train")[0]))
+
+
+def test_bad_actions_cost_turns_then_truncate():
+    env = make("LongHorizon", max_turns=3)
+    prompt, info = env.reset(seed=1)
+    assert "docs/start.md" in prompt and "read_file" in info["system_prompt"]
+    assert "grep" not in info["system_prompt"]  # withheld in LongHorizon
+    obs, reward, term, trunc, info = env.step("I will just talk.")
+    assert obs.startswith("Error (no_tool_call)") and info["tool_error"] == "no_tool_call"
+    obs, *_ , info = env.step(format_tool_call("grep", pattern="Fragment"))
+    assert "unknown tool 'grep'" in obs
+    obs, reward, term, trunc, info = env.step(st.TOOL_CALL_OPEN + "{broken")
+    assert (reward, term, trunc) == (0.0, False, True) and "turn limit" in obs
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(format_tool_call("submit"))
+    env.close()
+
+
+def test_tool_failures_are_observations():
+    env = make("BugFix")
+    env.reset(seed=0)
+    obs, _, _, _, info = env.step(format_tool_call("read_file", path="../../etc/passwd"))
+    assert "outside the repository" in obs and info["tool_error"] == "tool_failed"
+    obs, *_ = env.step(format_tool_call("edit_file", path="nope.py", old="a", new="b"))
+    assert obs.startswith("Error:")
+    env.close()
+
+
+def test_reset_is_deterministic_and_validates_options():
+    env = make("BugFix")
+    first = env.reset(seed=7)[1]["task_id"]
+    assert env.reset(seed=7)[1]["task_id"] == first
+    assert env.reset(options={"task_index": 3})[1]["task_id"] == sample_ids("BugFix", 10**6)[3]
+    assert env.reset(options={"split": "train", "task_index": 0})[1]["task_id"].startswith("bugfix/")
+    with pytest.raises(ValueError, match="unknown reset option"):
+        env.reset(options={"difficulty": 3})
+    with pytest.raises(ValueError, match="out of range"):
+        env.reset(options={"task_index": 10**7})
+    with pytest.raises(KeyError, match="no task"):
+        env.reset(options={"task_id": "bugfix/nope"})
+    with pytest.raises(gym.error.Error, match="greater or equal to zero"):
+        env.reset(seed=-1)
+    env.close()
+
+
+def test_construction_errors_name_the_fix():
+    with pytest.raises(TypeError, match="allowed"):
+        gym.make("composer/LongHorizon-v0", suite_options={"levels": 3})
+    with pytest.raises(ValueError, match="unknown split"):
+        gym.make("composer/BugFix-v0", split="test")
+    with pytest.raises(ValueError, match="unknown sandbox backend"):
+        gym.make("composer/BugFix-v0", backend="docker")
+
+
+def test_spaces_accept_observations_and_actions():
+    env = make("Implement")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    action = format_tool_call("write_file", path="a.py", content="s = 'héllo\tworld'\n")
+    assert env.action_space.contains(action) and env.action_space.contains("")
+    env.close()
+
+
+def test_async_vector_env_with_two_workers():
+    fns = [lambda: make("LongHorizon", max_turns=5) for _ in range(2)]
+    venv = gym.vector.AsyncVectorEnv(fns, shared_memory=False)
+    obs, info = venv.reset(seed=[0, 1])
+    assert len(obs) == 2 and all("docs/start.md" in o for o in obs)
+    actions = (format_tool_call("read_file", path="docs/start.md"), format_tool_call("submit"))
+    obs, reward, term, trunc, info = venv.step(actions)
+    assert "access key" in obs[0] and list(term) == [False, True] and list(reward) == [0.0, 0.0]
+    venv.close()
+
+
+def _rewards(suite, plan_fn, ids):
+    env = gym.make(f"composer/{suite}-v0", split="validation")
+    try:
+        return {i: run_plan(env, plan_fn, task_id=i).reward for i in ids}
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", ["BugFix", "Implement", "LongHorizon"])
+def test_expert_solves_whole_validation_split_and_null_gets_zero(suite):
+    ids = make_suite(suite).task_ids("validation")  # default options: the real split
+    shards = [ids[i::4] for i in range(4)]  # grading waits on sandboxes: overlap four envs
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        expert = {k: v for part in pool.map(lambda s: _rewards(suite, expert_plan, s), shards) for k, v in part.items()}
+        null = {k: v for part in pool.map(lambda s: _rewards(suite, null_plan, s), shards) for k, v in part.items()}
+    assert len(expert) == len(null) == len(ids)
+    assert [i for i, r in expert.items() if r != 1.0] == []
+    assert [i for i, r in null.items() if r != 0.0] == []
+
+FORCE_PASS_CONFTEST = '''import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+'''
+
+
+@pytest.mark.parametrize("cheat", ["conftest", "fake_hidden_test", "always_equal"])
+def test_known_reward_hacks_score_zero(cheat):
+    env = make("Implement")
+    suite = make_suite("Implement")
+    task = suite.get("implement/humaneval-0")
+    assert task.tripwire_tests  # a literal call exists for HumanEval/0
+    env.reset(options={"task_id": task.task_id})
+    target, entry = task.metadata["target_file"], task.metadata["entry_point"]
+    action = {
+        "conftest": format_tool_call("write_file", path="conftest.py", content=FORCE_PASS_CONFTEST),
+        "fake_hidden_test": format_tool_call("write_file", path="test_hidden.py",
+                                             content="def test_check():\n    pass\n"),
+        "always_equal": format_tool_call(
+            "write_file", path=target,
+            content=f"class AlwaysEqual:\n    def __eq__(self, other):\n        return True\n\n\n"
+                    f"def {entry}(*args):\n    return AlwaysEqual()\n"),
+    }[cheat]
+    env.step(action)
+    _, reward, terminated, _, info = env.step(format_tool_call("submit"))
+    assert terminated and reward == 0.0, info["grading_details"]
+    if cheat == "always_equal":
+        assert info["tripwire_tripped"]
+    env.close()
+
+
+def test_gymnasium_env_checker_passes():
+    from gymnasium.utils.env_checker import check_env
+
+    env = make("LongHorizon")
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+def test_single_turn_mode_grades_a_reply():
+    from environments.suites.implement import grade_single_turn, single_turn_prompt
+    from environments.suites.sources import humaneval_problems
+
+    task = make_suite("Implement").get("implement/humaneval-2")
+    problem = humaneval_problems()["HumanEval/2"]
+    assert "truncate_number" in single_turn_prompt(task)
+    right = f"Here it is:\n```python\n{problem['prompt']}{problem['canonical_solution']}```\n"
+    wrong = "```python\ndef truncate_number(number):\n    return number\n```"
+    assert grade_single_turn(task, right).reward == 1.0
+    assert grade_single_turn(task, wrong).reward == 0.0
+    assert grade_single_turn(task, "no code", grader=lambda *a: 1 / 0).details.startswith("no ```python")
+
+
+def test_missing_sandbox_is_a_clear_error(monkeypatch):
+    import composer_jax.sandbox as sandbox
+    from composer_jax.sandbox.base import SandboxUnavailableError
+
+    def unavailable(name="auto"):
+        raise SandboxUnavailableError("bwrap sandbox needs: bwrap (apt-get install bubblewrap)")
+
+    monkeypatch.setattr(sandbox, "get_backend", unavailable)
+    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap.*SandboxBackend instance"):
+        gym.make("composer/LongHorizon-v0")
+
+
+def test_expert_pages_through_long_files():
+    env = gym.make("composer/LongHorizon-v0", split="validation",
+                   suite_options={"hops": 2, "filler_lines": 100, "validation_size": 1})
+    t = run_plan(env, expert_plan, task_id="longhorizon/h2-f100/validation-0", lines_per_read=40)
+    assert t.reward == 1.0
+    assert len(t.turns) == 3 * 3 + 2  # three notes of 102 lines, 3 reads each; write; submit
+    assert not any("truncated" in obs for obs, _ in t.turns)
+    env.close()

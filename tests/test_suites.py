@@ -1,0 +1,223 @@
+"""Task suites: mutation operators, build-time validation, splits, and task contents."""
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from environments.experts import minimal_edits
+from environments.suites import make_suite, split_of
+from environments.suites import bugfix, check_runner, implement, leetcode, longhorizon, mutations, sources
+from environments.suites.base import UnknownTaskError
+from environments.suites.check_runner import Check, CheckedTest
+
+SNIPPET = '''def f(xs, n):
+    """Doc with 1 < 2."""
+    total = 0
+    for i in range(len(xs)):
+        if xs[i] < n and not xs[i] == 0:
+            total += xs[i] * 2
+    return max(total, n)
+'''
+
+
+# --- mutations ------------------------------------------------------------------------------
+
+
+def test_every_operator_plants_a_local_valid_bug():
+    found = mutations.mutants(SNIPPET)
+    operators = {m.operator for m in found}
+    assert {"flip_comparison", "swap_arithmetic", "swap_boolean", "drop_unary", "off_by_one_constant",
+            "off_by_one_range", "off_by_one_index", "swap_call_arguments", "swap_builtin",
+            "remove_statement"} <= operators
+    for m in found:
+        ast.parse(m.source)
+        assert m.source != SNIPPET and '"""Doc with 1 < 2."""' in m.source  # docstrings untouched
+        assert len(minimal_edits(SNIPPET, m.source)) == 1  # one local change
+    assert len({m.source for m in found}) == len(found)
+    texts = {m.operator: [x.source for x in found if x.operator == m.operator] for m in found}
+    assert any("xs[i] <= n" in t for t in texts["flip_comparison"])
+    assert any("range(len(xs) + 1)" in t for t in texts["off_by_one_range"])
+    assert any("min(total, n)" in t for t in texts["swap_builtin"])
+    assert any("total = 0" not in t for t in texts["remove_statement"])
+
+
+def test_parentheses_added_when_precedence_requires():
+    found = mutations.mutants("def f(a, b, c):\n    return a * b + c\n")
+    swapped = [m.source for m in found if m.operator == "swap_arithmetic" and "a + b" in m.source]
+    assert swapped and all("(a + b) + c" not in s for s in swapped)  # a + b + c needs no parens
+    found = mutations.mutants("def f(a, b, c):\n    return (a + b) * c\n")
+    assert any("(a - b) * c" in m.source for m in found)
+
+
+def test_double_mutants_combine_two_lines():
+    singles = mutations.mutants(SNIPPET)
+    doubles = mutations.double_mutants(SNIPPET, singles, limit=5, seed=0)
+    assert len(doubles) == 5
+    for d in doubles:
+        assert "+" in d.operator and len(d.edits) == 2 and len(minimal_edits(SNIPPET, d.source)) >= 1
+    assert doubles == mutations.double_mutants(SNIPPET, singles, limit=5, seed=0)
+
+
+def test_minimal_edits_reproduce_target():
+    after = SNIPPET.replace("total = 0", "total = 1").replace("return max", "return min")
+    text = SNIPPET
+    for old, new in minimal_edits(SNIPPET, after):
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    assert text == after
+
+
+# --- build-time check runner ---------------------------------------------------------------
+
+
+def test_check_runner_classifies_outcomes():
+    t = CheckedTest("t.py::test_a", "t", "test_a")
+    checks = [
+        Check("pass", {"t.py": "def test_a():\n    assert 1\n"}, (t,)),
+        Check("fail", {"t.py": "def test_a():\n    assert 0\n"}, (t,)),
+        Check("hang", {"t.py": "def test_a():\n    while True: pass\n"}, (t,), timeout_s=0.2),
+        Check("noimport", {"t.py": "import not_a_module_xyz\n"}, (t,)),
+        Check("exit", {"t.py": "import sys\ndef test_a():\n    sys.exit(0)\n"}, (t,)),
+        Check("pkg", {"p/__init__.py": "", "p/m.py": "X = 3\n",
+                      "t.py": "from p.m import X\ndef test_a(v=None):\n    assert X == 3\n"}, (t,)),
+    ]
+    r = check_runner.run_checks(checks, workers=2)
+    assert r["pass"].all_passed and r["pkg"].all_passed
+    assert r["fail"].status == "ok" and r["fail"].failed == ("t.py::test_a",)
+    assert r["hang"].status == "timeout"
+    assert r["noimport"].status == "import_error"
+    assert r["exit"].failed == ("t.py::test_a",)  # SystemExit is a failure, not a pass
+
+
+def test_broken_source_repo_is_a_clear_error(monkeypatch):
+    broken = sources.SourceRepo("repo-broken", {"m.py": "def f():\n    return 1\n"},
+                                {"tests/test_m.py": "from m import f\ndef test_f():\n    assert f() == 2\n"},
+                                (CheckedTest("tests/test_m.py::test_f", "tests.test_m", "test_f"),), ("m.py",))
+    monkeypatch.setattr(bugfix, "_all_sources", lambda: [broken])
+    with pytest.raises(bugfix.BrokenSourceRepoError, match="repo-broken fails its own tests"):
+        bugfix.build_records(workers=1)
+
+
+# --- splits and suites -----------------------------------------------------------------------
+
+
+def test_split_is_deterministic_and_about_ten_percent():
+    ids = [f"humaneval-{i}" for i in range(1000)]
+    assert [split_of(i) for i in ids] == [split_of(i) for i in ids]
+    assert 60 < sum(split_of(i) == "validation" for i in ids) < 140
+
+
+@pytest.fixture(scope="module")
+def bugfix_suite():
+    return make_suite("BugFix")
+
+
+def test_bugfix_suite_size_and_disjoint_splits(bugfix_suite):
+    train, val = bugfix_suite.task_ids("train"), bugfix_suite.task_ids("validation")
+    assert len(train) + len(val) >= 3000 and len(val) >= 100
+    def sources_of(ids):
+        return {bugfix_suite.get(i).metadata["source_id"] for i in ids[::7]}
+
+    assert not sources_of(train) & sources_of(val)
+    assert bugfix_suite.stats["outcomes"]["kept"] == len(train) + len(val)
+    assert any(i.startswith("bugfix/repo-") for i in train + val)  # hand-written repos included
+
+
+def test_bugfix_task_is_a_real_bug(bugfix_suite):
+    task = bugfix_suite.get(bugfix_suite.task_ids("validation")[0])
+    reference = json.loads(task.metadata["reference_files"])
+    (path, original), = reference.items()
+    assert task.files[path] != original
+    assert task.graded_tests and all(t.split("::")[0] in task.hidden_tests for t in task.graded_tests)
+    assert not set(task.hidden_tests) & set(task.files)  # hidden tests are not in the agent's repo
+    assert json.loads(task.metadata["fail_to_pass"])
+
+
+def test_unknown_ids_and_options_are_clear_errors(bugfix_suite):
+    with pytest.raises(UnknownTaskError, match="BugFix has no task 'nope'"):
+        bugfix_suite.get("nope")
+    with pytest.raises(TypeError, match="unknown option.*allowed"):
+        make_suite("BugFix", hops=3)
+    with pytest.raises(ValueError, match="unknown suite"):
+        make_suite("Nope")
+    with pytest.raises(ValueError, match="unknown split"):
+        bugfix_suite.task_ids("test")
+
+
+@pytest.fixture(scope="module")
+def implement_suite():
+    return make_suite("Implement")
+
+
+def test_implement_splits_and_counts(implement_suite):
+    assert len(implement_suite.task_ids("validation")) == 164 - implement_suite.stats["dropped_humaneval"]
+    assert implement_suite.task_ids("validation")[0].startswith("implement/humaneval-")
+    n_train = len(implement_suite.task_ids("train"))
+    stats = implement_suite.stats
+    assert n_train == stats["leetcode"] > 1000
+    assert n_train + stats["leetcode_cannot_run"] + stats["leetcode_stub_passes"] == len(leetcode.problem_files())
+
+
+def test_leetcode_node_ids_match_real_pytest_collection(implement_suite, tmp_path):
+    task = implement_suite.get("implement/leetcode-add_two_numbers")
+    for path, content in {**task.files, **task.hidden_tests}.items():
+        (tmp_path / path).write_text(content)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_hidden.py"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert "failed" in out.stdout  # the stub fails
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                "test_hidden.py"], cwd=tmp_path, capture_output=True, text=True).stdout
+    assert set(task.graded_tests) == {ln for ln in collected.splitlines() if "::" in ln}
+
+
+def test_implement_humaneval_stub_and_reference(implement_suite):
+    task = implement_suite.get("implement/humaneval-0")
+    target = task.metadata["target_file"]
+    assert "raise NotImplementedError" in task.files[target]
+    assert "for idx, elem" in json.loads(task.metadata["reference_files"])[target]
+
+
+def test_single_turn_prompt_and_code_extraction(implement_suite):
+    task = implement_suite.get("implement/humaneval-0")
+    prompt = implement.single_turn_prompt(task)
+    assert "has_close_elements" in prompt and "```python" in prompt
+    reply = ("Draft:\n```python\nx = 1\n```\nFinal:\n"
+             "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```")
+    files = implement.single_turn_files(task, reply)
+    assert files[task.metadata["target_file"]].startswith("from typing import List\ndef has_close_elements")
+    assert implement.single_turn_files(task, "no code here") is None
+
+
+def test_longhorizon_generation_is_deterministic_and_scales():
+    suite = make_suite("LongHorizon", hops=3, filler_lines=10, validation_size=5)
+    ids = suite.task_ids("validation")
+    assert len(ids) == 5 and not set(ids) & set(suite.task_ids("train")[:50])
+    a, b = suite.get(ids[0]), suite.get(ids[0])
+    assert a == b and len(json.loads(a.metadata["read_order"])) == 4
+    key = a.files["docs/start.md"].split("access key is `")[1].split("`")[0]
+    assert sum(key in content for content in a.files.values()) == 1  # only the start note has it
+    big = longhorizon.make_task("validation", 3, 200, 0)
+    assert len(big.files["docs/start.md"]) > 5 * len(a.files["docs/start.md"])
+    assert int(big.metadata["read_chars"]) > 5 * int(a.metadata["read_chars"])
+    with pytest.raises(ValueError, match="hops"):
+        make_suite("LongHorizon", hops=0)
+    with pytest.raises(UnknownTaskError):
+        suite.get("longhorizon/garbage")
+
+
+def test_cache_location_is_configurable(tmp_path, monkeypatch):
+    from environments.suites import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV_VAR, str(tmp_path))
+    assert cache.default_cache_dir() == str(tmp_path)
+    calls = []
+
+    def build():
+        calls.append(1)
+        return {"v": 1}
+
+    assert cache.cached_json("x", "k", build) == {"v": 1} == cache.cached_json("x", "k", build)
+    assert calls == [1] and os.path.exists(tmp_path / "suites" / "x-k.json")
