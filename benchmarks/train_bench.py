@@ -1,0 +1,105 @@
+"""Training throughput and MFU of the tiny config on this machine's real devices (no fake ones).
+
+    python benchmarks/train_bench.py --out benchmarks/results/train_bench.json [--sweep]
+
+MFU = tokens/s x model FLOPs per token (6 x active matmul params + causal attention, active
+experts only: composer_jax.model.stats) / the matmul FLOP/s measured in the same process by a
+large jnp.dot, taken as the best of measurements just before and after each setting's timed
+steps (the machine is shared: a peak measured once drifts with other users' load). Batches are synthetic full-length rows (the step cost does not depend on token
+values). `--sweep` tries batch size, sequence length, MoE implementation and compute dtype, and
+reports every setting plus the best.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import time
+
+import jax
+import numpy as np
+
+from configs.tiny import get_config
+from composer_jax.model import ModelConfig, create_sharded
+from composer_jax.sharding import batch_sharding, make_mesh
+from composer_jax.train.flops import measure_peak_flops, mfu, train_flops_per_token
+from composer_jax.train.optim import make_optimizer
+from composer_jax.train.step import create_train_state, make_train_step
+
+
+def synthetic_batch(batch: int, seq_len: int, vocab: int, sharding) -> dict:
+    tokens = np.random.default_rng(0).integers(0, vocab, (batch, seq_len), dtype=np.int32)
+    host = {"tokens": tokens, "segment_ids": np.ones_like(tokens),
+            "positions": np.broadcast_to(np.arange(seq_len, dtype=np.int32), tokens.shape).copy()}
+    return {k: jax.device_put(v, sharding) for k, v in host.items()}
+
+
+def bench(batch: int, seq_len: int, moe_impl: str, dtype: str, steps: int) -> dict:
+    config = get_config()
+    config.model.update(moe_impl=moe_impl, dtype=dtype)
+    model_cfg = ModelConfig.from_config(config.model)
+    mesh = make_mesh(dict(data=-1))
+    tx = make_optimizer(config.train)
+    graphdef, params = create_sharded(model_cfg, mesh, seed=0)
+    state, shardings = create_train_state(params, tx)
+    bsh = batch_sharding(mesh)
+    step = make_train_step(graphdef, tx, model_cfg, config.train, shardings, bsh)
+    data = synthetic_batch(batch, seq_len, model_cfg.vocab_size, bsh)
+    with jax.set_mesh(mesh):
+        for _ in range(2):  # compile + one warm step
+            state, metrics = step(state, data)
+        jax.block_until_ready(metrics)
+        # The machine is shared: measure the peak right next to the timed steps, not once.
+        peak = measure_peak_flops("float32", n=4096)
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            state, metrics = step(state, data)
+            jax.block_until_ready(metrics)
+            times.append(time.perf_counter() - start)
+    peak = max(peak, measure_peak_flops("float32", n=4096))
+    step_s = float(np.median(times))
+    tokens_per_s = batch * seq_len / step_s
+    flops = train_flops_per_token(model_cfg, seq_len)
+    return dict(batch=batch, seq_len=seq_len, moe_impl=moe_impl, dtype=dtype,
+                step_s=step_s, tokens_per_s=tokens_per_s, flops_per_token=flops, peak_flops=peak,
+                mfu=mfu(tokens_per_s, flops, peak, mesh.size))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq_len", type=int, default=256)
+    parser.add_argument("--moe_impl", default="ragged", choices=["ragged", "dense"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per setting (median)")
+    parser.add_argument("--sweep", action="store_true", help="try a grid of settings")
+    args = parser.parse_args()
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        raise SystemExit("XLA_FLAGS fakes several devices: benchmark the real ones (unset it)")
+
+    if args.sweep:
+        # Small on purpose: each setting compiles anew, on a shared 2-core machine.
+        grid = [(8, 256, "ragged", "float32"), (8, 256, "dense", "float32"),
+                (16, 256, "dense", "float32"), (8, 256, "dense", "bfloat16")]
+    else:
+        grid = [(args.batch, args.seq_len, args.moe_impl, args.dtype)]
+    results = []
+    for b, l, m, d in grid:
+        results.append(bench(b, l, m, d, args.steps))
+        print(json.dumps(results[-1]), flush=True)
+    best = max(results, key=lambda r: r["mfu"])
+    out = dict(best, devices=jax.device_count(), backend=jax.default_backend(),
+               cpu_count=os.cpu_count(), load_average=os.getloadavg(), machine=platform.machine(),
+               jax=jax.__version__, settings=results)
+    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(args.out).write_text(json.dumps(out, indent=1))
+    print(json.dumps({k: out[k] for k in ("tokens_per_s", "mfu", "peak_flops", "batch", "seq_len",
+                                          "moe_impl", "dtype")}))
+
+
+if __name__ == "__main__":
+    main()
