@@ -17,7 +17,7 @@ $(VENV)/.stamp-$(EXTRAS): setup.py
 venv: $(VENV)/.stamp-$(EXTRAS)
 
 run: $(VENV)/.stamp-$(EXTRAS)
-	$(PY) -m composer_jax.train.midtrain --config configs/tiny.py --workdir runs/tiny
+	$(PY) launch/xm_launch.py
 
 test: $(VENV)/.stamp-$(EXTRAS)
 	$(PY) -m pytest -q tests

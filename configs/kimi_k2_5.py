@@ -3,8 +3,8 @@
 Shapes follow the published Kimi K2 figures: 61 layers, hidden 7168, 384 routed experts
 (top-8, expert FFN 2048) plus 1 shared expert, first layer dense (FFN 18432), 64 attention
 heads, ~160k vocabulary, sigmoid routing with a scaling factor of 2.827.
-Attention is grouped-query here (8 KV heads) until multi-head latent attention lands; the
-parameter count moves by <1%.
+Multi-head latent attention with Kimi K2's ranks (q_lora 1536, kv_lora 512, qk_nope 128, qk_rope
+64, v_head 128); the KV cache holds the 576-wide latent per token and layer.
 
 Run:
   python -m composer_jax.tools.model_stats --config configs/kimi_k2_5.py
@@ -24,8 +24,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         d_model=7168,
         n_layers=61,
         n_heads=64,
+        # GQA fields, unused by MLA; tools/plan.py still sizes attention activations from them.
         n_kv_heads=8,
         head_dim=128,
+        attention="mla",
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
         d_ff=18_432,
         rope_base=50_000.0,
         tie_embeddings=False,
@@ -42,6 +49,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     )
     c.data.seq_len = 32_768  # most mid-training compute is at 32k context
     c.data.batch_size = 1024
-    c.mesh.update(data=-1, fsdp=64, expert=16, tensor=1)
-    c.train.update(lr=2e-4, warmup_steps=2000, steps=100_000)
+    c.mesh.update(data=-1, fsdp=32, expert=16, tensor=1)
+    c.launch.update(slice="v5p-1024", one_job_per_stage=True)
+    c.train.update(lr=2e-4, warmup_steps=2000, steps=100_000, grad_accum=16)
     return c

@@ -3,15 +3,17 @@
 Run:
   python -m composer_jax.train.midtrain --config configs/tiny.py --workdir runs/tiny
 Variants (`--config configs/tiny.py:dense`): "" (MoE, default), "dense" (no experts),
-"test" (smaller still, for unit tests).
+"test" (smaller still, for unit tests), "pipeline" (stage budgets for the ~20-minute
+one-command pipeline, `python launch/xm_launch.py`).
 """
 import ml_collections
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = arg or ""
-    if variant not in ("", "dense", "test"):
-        raise ValueError(f"configs/tiny.py: unknown variant {variant!r}; use '', 'dense' or 'test'")
+    if variant not in ("", "dense", "test", "pipeline"):
+        raise ValueError(f"configs/tiny.py: unknown variant {variant!r}; use '', 'dense', 'test' "
+                         "or 'pipeline'")
     c = ml_collections.ConfigDict()
     c.name = f"tiny{('_' + variant) if variant else ''}"
     c.seed = 0
@@ -90,6 +92,108 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         )
     )
 
+    c.rollout = ml_collections.ConfigDict(
+        dict(
+            window=2048,  # context tokens per slot; a summary + reset keeps episodes inside it
+            summarize_at=0.85,  # summarise before a turn once context + turn_budget > this x window
+            summary_budget=256,  # max summary tokens (longer: cut and flagged)
+            max_segments=4,  # contexts per episode; needing more truncates the episode (flagged)
+            turn_budget=256,  # max new tokens per assistant turn
+            slots=8,  # episodes decoded together (continuous batching)
+            temperature=1.0,
+            top_p=1.0,
+            max_turns=30,
+            prefill_buckets=(64, 256, 1024),  # padded prefill chunk lengths: one compile each
+            seed=0,
+        )
+    )
+
+    c.launch = ml_collections.ConfigDict(
+        dict(
+            slice="v5e-8",  # for --launch_mode=vertex|gke; `local` runs on this machine
+            image="python:3.11",
+            chips_per_host=4,
+            one_job_per_stage=False,
+        )
+    )
+
+    # RL (composer_jax/rl/train.py --mode rl); rl.* also names the env, tokenizer and row layout
+    # that SFT (--mode sft) uses.
+    c.rl = ml_collections.ConfigDict(
+        dict(
+            env_id="composer/LongHorizon-v0",
+            suite_options=dict(hops=2, filler_lines=3),
+            env_max_turns=30,
+            system_prompt="",  # "" keeps the env's tool manual; a tiny window needs a short one
+            tokenizer="",  # tokenizer.json path; "" = byte-level
+            init_from="",  # a checkpoints directory (e.g. an SFT run's) to start from
+            steps=20,
+            groups_per_step=4,  # tasks per step (usable groups after dynamic sampling)
+            group_size=4,  # rollouts per task (G)
+            max_sampling_rounds=2,  # extra rounds to replace zero-variance groups
+            advantage="grpo",  # grpo | dr_grpo | rloo
+            mask_unfinished=False,  # no gradient from runs that hit turn/segment limits
+            train_summaries=True,  # False: summary tokens get no gradient (ablation)
+            row_len=2048,  # packed row length (>= rollout.window)
+            minibatch_rows=8,
+            epochs=1,  # passes over the step's rows
+            recompute_old_logp=True,  # PPO denominator from the learner (TIS corrects the sampler)
+            routing_replay=True,  # train MoE layers on the experts the sampler chose
+            reward_tests=1.0,  # weight of the env's hidden-test reward
+            reward_judge=0.0,  # weight of the summary rubric judge
+            judge_from="",  # the judge model's checkpoints directory (needed when reward_judge > 0)
+            max_nonfinite=3,  # skipped non-finite updates in a row before stopping
+            eval_split="validation",
+            eval_tasks=32,
+            eval_samples=1,
+            eval_every=10,
+            checkpoint_every=10,
+            keep=3,
+            seed=0,
+            loss=dict(name="ppo", clip_low=0.2, clip_high=0.28, gspo_clip_low=3e-4, gspo_clip_high=4e-4,
+                      cispo_is_low=1.0, cispo_is_high=0.28, aggregation="token_mean", norm_constant=1024.0,
+                      tis_cap=2.0, kl_coef=0.0, kl_estimator="k3", entropy_coef=0.0),
+            optim=dict(steps=20, lr=1e-4, warmup_steps=0, min_lr_ratio=1.0, weight_decay=0.0, b1=0.9,
+                       b2=0.99, eps=1e-8, clip_norm=1.0),
+        )
+    )
+    c.sft = ml_collections.ConfigDict(
+        dict(
+            demos=256,  # scripted demonstrations (train-split tasks)
+            init_from="",  # a checkpoints directory (e.g. mid-training's) to start from
+            batch_rows=8,
+            optim=dict(steps=300, lr=3e-3, warmup_steps=20, min_lr_ratio=0.1, weight_decay=0.0, b1=0.9,
+                       b2=0.95, eps=1e-8, clip_norm=1.0),
+        )
+    )
+
+    c.fleet = ml_collections.ConfigDict(
+        dict(
+            backend="local",  # local: envs in this process; ray: env workers as Ray actors (docs/fleet.md)
+            address="",  # "" = private local Ray; "auto" = the running cluster; "ray://head:10001" = client
+            num_cpus=0,  # CPUs of a private local Ray; 0 = all
+            workers=8,  # env worker actors, each one env + its sandboxes
+            cpus_per_worker=1.0,
+            max_retries=2,  # replays of an episode on another worker when its worker is lost
+            step_timeout_s=300.0,
+            start_timeout_s=120.0,
+            acquire_timeout_s=600.0,
+            rl_mode="sync",  # sync (on-policy) | async (rollouts for step t+1 during step t's update)
+            max_lag=1,  # async: max learner steps between a sample's policy and the step training on it
+            chunk_size=1,  # async: samples per rollout call
+            concurrency=8,  # async: rollout calls in flight
+        )
+    )
+
+    # The one-command pipeline (launch/xm_launch.py): what the final evaluation covers.
+    c.pipeline = ml_collections.ConfigDict(
+        dict(
+            eval_suites={"BugFix": "composer/BugFix-v0", "Implement": "composer/Implement-v0",
+                         "LongHorizon": "composer/LongHorizon-v0"},
+            eval_tasks=8,  # held-out validation tasks per suite
+        )
+    )
+
     if variant == "dense":
         c.model.n_experts = 0
         c.model.first_dense_layers = c.model.n_layers
@@ -98,4 +202,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             vocab_size=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
             d_ff=128, d_ff_expert=32, n_experts=8, top_k=2, max_seq_len=256,
         )
+    if variant == "pipeline":
+        # About 20 minutes end to end on 2 CPU cores: the same code paths with short stages.
+        c.train.update(steps=150, warmup_steps=15, eval_every=50)
+        c.checkpoint.every = 50
+        c.sft.update(demos=48, batch_rows=4)
+        # A 1k window keeps SFT/RL activations (and attention scores) small on a CPU host.
+        c.rollout.window = 1024
+        c.rl.update(row_len=1024, minibatch_rows=4)
+        c.sft.optim.update(steps=60, warmup_steps=5)
+        c.rl.update(steps=4, groups_per_step=2, group_size=4, eval_tasks=8, eval_every=4,
+                    checkpoint_every=2)
+        c.rl.optim.steps = 4
+        c.pipeline.eval_tasks = 4
     return c

@@ -18,7 +18,7 @@ from ml_collections import config_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-_CONFIG = config_flags.DEFINE_config_file("config", str(REPO / "configs" / "tiny.py"),
+_CONFIG = config_flags.DEFINE_config_file("config", str(REPO / "configs" / "tiny.py") + ":pipeline",
                                           "config file[:variant]", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory for every stage (default runs/<config.name>)")
 _STAGES = flags.DEFINE_list("stages", [], "stages to run (default: all, in order)")
@@ -31,12 +31,13 @@ def config_arg() -> str:
     for arg in sys.argv[1:]:
         if arg.startswith("--config="):
             return arg.split("=", 1)[1]
-    return "configs/tiny.py"
+    return "configs/tiny.py:pipeline"
 
 
 def main(argv) -> None:
     from composer_jax.errors import ConfigError
     from composer_jax.launch import cloud, stages
+    from composer_jax.launch.report import write_report
 
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -56,7 +57,9 @@ def main(argv) -> None:
         if os.environ.get("COMPOSER_JAX_DISTRIBUTED") == "1":
             import jax
             jax.distributed.initialize()
-        stages.run_stages(config, workdir, _STAGES.value)
+        records = stages.run_stages(config, workdir, _STAGES.value)
+        out = write_report(workdir, records)
+        print(f"report: {out / 'report.md'} (plots and summary.json beside it)")
     except ConfigError as e:
         sys.exit(f"error: {e}")
 

@@ -8,6 +8,11 @@ ids, 0..10 in a tokenizer we build (so PAD is 0). Two encoders, on purpose:
     str (valid unicode: no lone surrogates, which have no UTF-8 encoding).
   * `encode_with_specials(text)`: harness text, where "<|eos|>" etc. become their single ids.
 No normaliser and no added prefix space, so nothing is lost or inserted.
+
+A pretrained tokenizer (e.g. Qwen's) has no harness tokens; `special_text` maps each onto the
+model's own chat-template text (`<|user|>` -> "<|im_start|>user\n"). `encode_with_specials`
+then renders harness text in the model's template, and `token_to_id` answers for every harness
+token whose mapped text is one token (EOS, tool-call tags); the others are multi-token.
 """
 import hashlib
 import json
@@ -40,13 +45,20 @@ def _with_flag(tok_json: str, parse_specials: bool) -> tokenizers.Tokenizer:
 class Tokenizer:
     """Text <-> token ids. Build with `train`, `byte_level` or `load`."""
 
-    def __init__(self, tok: tokenizers.Tokenizer):
+    def __init__(self, tok: tokenizers.Tokenizer, special_text: dict[str, str] | None = None):
         self._json = tok.to_str()
         self._plain = _with_flag(self._json, parse_specials=False)
         self._harness = _with_flag(self._json, parse_specials=True)
+        self.special_text = dict(special_text or {})
         self.special_ids: dict[str, int] = {
-            t: i for t in SPECIAL_TOKENS if (i := self._plain.token_to_id(t)) is not None
+            t: i for t in SPECIAL_TOKENS if (i := self._single_id(t)) is not None
         }
+
+    def _single_id(self, token: str) -> int | None:
+        if token not in self.special_text:
+            return self._plain.token_to_id(token)
+        ids = self._harness.encode(self.special_text[token], add_special_tokens=False).ids
+        return ids[0] if len(ids) == 1 else None
 
     # Construction -----------------------------------------------------------------------------
     @classmethod
@@ -74,11 +86,11 @@ class Tokenizer:
         return cls(tok)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Tokenizer":
+    def load(cls, path: str | os.PathLike, special_text: dict[str, str] | None = None) -> "Tokenizer":
         path = pathlib.Path(path)
         if not path.is_file():
             raise ConfigError(f"tokenizer file not found: {path}")
-        return cls(tokenizers.Tokenizer.from_file(str(path)))
+        return cls(tokenizers.Tokenizer.from_file(str(path)), special_text)
 
     def save(self, path: str | os.PathLike) -> None:
         pathlib.Path(path).write_text(self._json)
@@ -93,13 +105,22 @@ class Tokenizer:
         return [e.ids for e in self._plain.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def encode_with_specials(self, text: str) -> list[int]:
-        """Harness text -> ids; "<|eos|>" and the other specials become their single ids."""
+        """Harness text -> ids; "<|eos|>" and the other specials become their single ids (or, for
+        a pretrained tokenizer, the ids of the model's own template text)."""
+        for token, mapped in self.special_text.items():
+            text = text.replace(token, mapped)
         return self._harness.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._plain.decode(list(ids), skip_special_tokens=False)
 
     def token_to_id(self, token: str) -> int:
+        if token in self.special_text:
+            if token not in self.special_ids:
+                raise KeyError(f"harness token {token!r} maps to the multi-token text "
+                               f"{self.special_text[token]!r} in this pretrained vocabulary; "
+                               "encode harness text with encode_with_specials")
+            return self.special_ids[token]
         i = self._plain.token_to_id(token)
         if i is None:
             raise KeyError(f"token {token!r} is not in the vocabulary")

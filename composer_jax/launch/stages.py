@@ -6,6 +6,7 @@ resumes from its own checkpoints.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -34,13 +35,61 @@ def _midtrain(config, workdir: pathlib.Path) -> dict:
     result = train(config, workdir / "midtrain", data_dir=workdir / "data")
     if result.status != "completed":
         raise KeyboardInterrupt(f"mid-training {result.status} at step {result.step}")
-    return dict(step=result.step, **(result.eval or {}), **{f"train_{k}": v for k, v in result.train.items()})
+    return dict(step=result.step, **{f"val_{k}": v for k, v in (result.eval or {}).items()},
+                **{f"train_{k}": v for k, v in result.train.items()})
+
+
+def chained(config, workdir: pathlib.Path):
+    """The config with each stage reading its predecessor's outputs: the code tokenizer from
+    `data`, SFT starting from mid-training's checkpoint, RL from SFT's."""
+    config = copy.deepcopy(config)
+    with config.unlocked():
+        config.rl.tokenizer = str(workdir / "data" / "tokenizer.json")
+        config.sft.init_from = str(workdir / "midtrain" / "checkpoints")
+        config.rl.init_from = str(workdir / "sft" / "checkpoints")
+    return config
+
+
+def _sft(config, workdir: pathlib.Path) -> dict:
+    from composer_jax.rl.train import run_sft
+    return run_sft(chained(config, workdir), workdir / "sft")
+
+
+def _rl(config, workdir: pathlib.Path) -> dict:
+    from composer_jax.rl.train import run_rl
+    out = run_rl(chained(config, workdir), workdir / "rl")
+    evals = {str(step): ev for step, ev in out["evals"].items()}
+    return dict(final=out["metrics"], evals=evals, counts=out["counts"])
+
+
+def _eval(config, workdir: pathlib.Path) -> dict:
+    """The final policy on held-out validation tasks of every suite."""
+    from composer_jax.rl.learner import evaluate
+    from composer_jax.rl.train import build, task_ids
+    config = chained(config, workdir)
+    results = {}
+    for suite, env_id in config.pipeline.eval_suites.items():
+        suite_config = copy.deepcopy(config)
+        with suite_config.unlocked():
+            suite_config.rl.env_id = env_id
+            if env_id != "composer/LongHorizon-v0":
+                suite_config.rl.suite_options = {}
+        run = build(suite_config, config.rl.optim, init_from=str(workdir / "rl" / "checkpoints"))
+        try:
+            ids = task_ids(suite_config.rl, "validation")[:int(config.pipeline.eval_tasks)]
+            results[suite] = evaluate(run.loop, ids, seed=int(config.seed) + 99)
+        finally:
+            run.loop.close()
+    return results
 
 
 STAGES: dict[str, Stage] = {
     s.name: s for s in (
         Stage("data", (), _data, "corpus manifest, code tokenizer, token stores"),
         Stage("midtrain", ("data",), _midtrain, "next-token mid-training of the MoE decoder"),
+        Stage("sft", ("midtrain",), _sft, "SFT on scripted-expert demonstrations"),
+        Stage("rl", ("sft",), _rl, "on-policy RL with self-summarisation"),
+        Stage("eval", ("rl",), _eval, "held-out tasks of every suite"),
     )
 }
 

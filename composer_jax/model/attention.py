@@ -27,9 +27,16 @@ class KVCache(struct.PyTreeNode):
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
-    shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
-    zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.n_layers))
-    return KVCache(zeros, zeros, jnp.zeros((batch,), jnp.int32))
+    """GQA: keys/values per KV head. MLA: k holds the latent [batch, 1, max_len, kv_lora_rank],
+    v the shared rotary key [batch, 1, max_len, qk_rope_head_dim] (see model/mla.py)."""
+    if cfg.attention == "mla":
+        k_shape = (batch, 1, max_len, cfg.kv_lora_rank)
+        v_shape = (batch, 1, max_len, cfg.qk_rope_head_dim)
+    else:
+        k_shape = v_shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
+    k = tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.n_layers))
+    v = tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.n_layers))
+    return KVCache(k, v, jnp.zeros((batch,), jnp.int32))
 
 
 def attend(q_btnh, k_bksh, v_bksh, mask_bts) -> jax.Array:

@@ -34,6 +34,18 @@ class ModelConfig:
     capacity_factor: float = 0.0  # 0 = dropless
     routed_scale: float = 1.0
     remat: str = "none"  # none | full | save_dots_except_mlp
+    # Attention: "gqa" (grouped-query) or "mla" (DeepSeek multi-head latent attention, which
+    # uses the ranks below instead of n_kv_heads / head_dim).
+    attention: str = "gqa"
+    q_lora_rank: int = 0  # 0 = full-rank query projection
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # DeepSeek-V3 group-limited routing: experts split into n_groups; a token may only pick
+    # experts from its topk_groups best groups (ranked by each group's top-2 biased scores).
+    n_groups: int = 1
+    topk_groups: int = 1
 
     @classmethod
     def from_config(cls, model_config: Mapping[str, Any]) -> "ModelConfig":
@@ -79,6 +91,16 @@ class ModelConfig:
             fail("dtype", "must be 'float32' or 'bfloat16'")
         if self.remat not in ("none", "full", "save_dots_except_mlp"):
             fail("remat", "must be one of none | full | save_dots_except_mlp")
+        if self.attention not in ("gqa", "mla"):
+            fail("attention", "must be 'gqa' or 'mla'")
+        if self.attention == "mla":
+            for field in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
+                    fail(field, "must be a positive integer for multi-head latent attention")
+            if self.qk_rope_head_dim % 2:
+                fail("qk_rope_head_dim", "must be even (rotary embeddings rotate pairs)")
+            if self.q_lora_rank < 0:
+                fail("q_lora_rank", "must be >= 0 (0 = full-rank query projection)")
         if self.n_experts < 0:
             fail("n_experts", "must be >= 0")
         if not self.is_moe:
@@ -98,3 +120,9 @@ class ModelConfig:
                              "batched matmul) or 'dense' (one-hot reference)")
         if self.capacity_factor < 0:
             fail("capacity_factor", "must be >= 0 (0 = dropless)")
+        if self.n_groups < 1 or self.n_experts % self.n_groups:
+            fail("n_groups", f"must be a positive divisor of model.n_experts={self.n_experts}")
+        if not 1 <= self.topk_groups <= self.n_groups:
+            fail("topk_groups", f"must be in [1, model.n_groups={self.n_groups}]")
+        if self.n_groups > 1 and self.n_experts // self.n_groups < 2:
+            fail("n_groups", "each group needs >= 2 experts (groups are ranked by their top-2 scores)")

@@ -38,6 +38,17 @@ def capacity_keep_mask(expert_tk: jax.Array, n_experts: int, capacity: int) -> j
     return (position_n < capacity).reshape(k, t).T
 
 
+def limit_to_top_groups(choice_te: jax.Array, n_groups: int, topk_groups: int) -> jax.Array:
+    """DeepSeek-V3 group-limited routing: keep the experts of each token's `topk_groups` best
+    groups (a group's score is the sum of its two best scores); the rest become -inf."""
+    t, e = choice_te.shape
+    choice_tgx = choice_te.reshape(t, n_groups, e // n_groups)
+    group_score_tg = jnp.sum(jax.lax.top_k(choice_tgx, 2)[0], axis=-1)
+    _, top_group_tk = jax.lax.top_k(group_score_tg, topk_groups)
+    keep_tg = jnp.zeros((t, n_groups), bool).at[jnp.arange(t)[:, None], top_group_tk].set(True)
+    return jnp.where(keep_tg[:, :, None], choice_tgx, -jnp.inf).reshape(t, e)
+
+
 def route(x_td: jax.Array, w_de: jax.Array, bias_e: jax.Array, cfg: ModelConfig,
           forced_expert_tk: jax.Array | None = None) -> Routing:
     """Top-k routing in float32. `forced_expert_tk` replays a recorded choice (RL routing replay)."""
@@ -50,7 +61,10 @@ def route(x_td: jax.Array, w_de: jax.Array, bias_e: jax.Array, cfg: ModelConfig,
         scores_te = jax.nn.sigmoid(logits_te)
         probs_te = scores_te / jnp.sum(scores_te, axis=-1, keepdims=True)
     if forced_expert_tk is None:
-        _, expert_tk = jax.lax.top_k(scores_te + jax.lax.stop_gradient(bias_e), k)
+        choice_te = scores_te + jax.lax.stop_gradient(bias_e)
+        if cfg.n_groups > 1:
+            choice_te = limit_to_top_groups(choice_te, cfg.n_groups, cfg.topk_groups)
+        _, expert_tk = jax.lax.top_k(choice_te, k)
     else:
         expert_tk = forced_expert_tk
     weight_tk = jnp.take_along_axis(scores_te, expert_tk, axis=-1)

@@ -39,7 +39,10 @@ def model_stats(cfg: ModelConfig, seq_len: int) -> ModelStats:
     # The input embedding is a lookup, not a matmul; the output projection is a matmul.
     matmul_active = active - cfg.vocab_size * cfg.d_model * (0 if cfg.tie_embeddings else 1)
     # Causal attention: QK^T and AV, 2 FLOPs per MAC, half the score matrix.
-    attn_forward = 2 * 2 * cfg.n_layers * seq_len * cfg.n_heads * cfg.head_dim / 2
+    # MLA: scores over qk_nope + qk_rope dims, values over v_head_dim.
+    qk_dim, v_dim = ((cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim)
+                     if cfg.attention == "mla" else (cfg.head_dim, cfg.head_dim))
+    attn_forward = 2 * cfg.n_layers * seq_len * cfg.n_heads * (qk_dim + v_dim) / 2
     forward = 2 * matmul_active + attn_forward
     state = dict(STATE_BYTES)
     if cfg.dtype == "bfloat16":

@@ -8,6 +8,7 @@ from flax import nnx
 from composer_jax.model.attention import Attention, KVCache
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import MLP, RMSNorm, param
+from composer_jax.model.mla import MLA
 from composer_jax.model.moe import MoE
 from composer_jax.sharding import constrain
 
@@ -23,7 +24,7 @@ REMAT_POLICIES = {
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, layer: int, rngs: nnx.Rngs):
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg, rngs)
+        self.attn = MLA(cfg, rngs) if cfg.attention == "mla" else Attention(cfg, rngs)
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.ffn = MoE(cfg, rngs) if cfg.is_moe_layer(layer) else MLP(cfg.d_model, cfg.d_ff, rngs)
 

@@ -1,0 +1,194 @@
+"""RL at tiny scale on CPU: does RL improve an SFT policy, and does training the summaries matter?
+
+    python -m benchmarks.rl_bench [--workdir runs/rl_bench] [--quick]
+
+1. A 512-token BPE trained on expert transcripts (shorter sequences than bytes: faster on CPU).
+2. SFT of a test-sized MoE on scripted note-chain demonstrations (summaries included) of
+   LongHorizon tasks whose transcripts exceed the context window several times.
+3. From that checkpoint, the same RL budget three ways:
+     trained_summary  summary tokens trained with the episode's advantage
+     masked_summary   summary tokens get no gradient
+     no_summary       rollout.max_segments = 1: a run ends when its context is full
+   each evaluated on the same held-out validation tasks before and after.
+Writes benchmarks/results/rl_tiny.json.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import pathlib
+import time
+
+import numpy as np
+
+from benchmarks.common import write_result
+from configs.tiny import get_config
+
+RESULT = pathlib.Path(__file__).parent / "results" / "rl_tiny.json"
+SYSTEM = "Tools: read_file(path), write_file(path, content), submit(). One tool call per turn."
+
+
+def bench_config(quick: bool):
+    c = get_config("test")
+    # dense 2-layer d_model 64: the fastest model that can still learn to copy the key/fragments
+    c.model.update(vocab_size=512, max_seq_len=1024, n_experts=0, first_dense_layers=2, d_ff=256)
+    c.mesh.data = 1
+    c.rl.update(system_prompt=SYSTEM, suite_options=dict(hops=2, filler_lines=1), env_max_turns=8,
+                steps=4 if quick else 8, groups_per_step=4, group_size=6, row_len=512, minibatch_rows=8,
+                eval_tasks=8 if quick else 32, eval_every=1000, checkpoint_every=1000, max_sampling_rounds=1)
+    c.rl.optim.update(lr=3e-4, steps=c.rl.steps)
+    c.sft.update(demos=64 if quick else 256, batch_rows=8)
+    c.sft.optim.update(steps=60 if quick else 400, lr=3e-3, warmup_steps=20, min_lr_ratio=0.5)
+    c.rollout.update(window=512, summary_budget=64, turn_budget=72, max_segments=6, slots=24, max_turns=8,
+                     prefill_buckets=(64, 256), temperature=1.0)
+    return c
+
+
+def train_tokenizer(c, path: pathlib.Path) -> None:
+    from composer_jax.data.tokenizer import Tokenizer
+    from composer_jax.harness.protocol import SUMMARIZE_INSTRUCTION, render_conversation
+    from composer_jax.rl.train import env_factory, task_ids
+    from environments.experts import run_plan
+
+    env = env_factory(c.rl)()
+    texts = [SUMMARIZE_INSTRUCTION, SYSTEM]
+    for tid in task_ids(c.rl, "train")[:64]:
+        texts.append(render_conversation(run_plan(env, task_id=tid).messages()))
+    env.close()
+    Tokenizer.train(texts * 4, vocab_size=c.model.vocab_size).save(path)
+
+
+def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str = "", log=print) -> dict:
+    """run_sft, except the demonstrations are cached (they cost more than the updates on CPU) and
+    training may continue from an earlier SFT checkpoint (`init_from`)."""
+    import pickle
+
+    import jax
+
+    from composer_jax.rl import sft
+    from composer_jax.rl.replay import RunCursor
+    from composer_jax.rl.train import build, demo_policy, task_ids
+    from composer_jax.train.checkpoint import Checkpointer
+    from composer_jax.train.metrics import MetricsWriter
+
+    s = c.sft
+    run = build(c, s.optim, init_from=init_from, make_policy=demo_policy(c.rl))
+    ids = task_ids(c.rl, "train")[:int(s.demos)]
+    t0 = time.perf_counter()
+    if demos_path.exists():
+        seqs, demo_pass = pickle.loads(demos_path.read_bytes())
+    else:
+        demos = run.loop.run([{"options": {"task_id": t}} for t in ids])
+        seqs, demo_pass = sft.demo_sequences(demos), float(np.mean([d.reward >= 1 for d in demos]))
+        demos_path.write_bytes(pickle.dumps((seqs, demo_pass)))
+    t1 = time.perf_counter()
+    writer = MetricsWriter(sft_dir)
+    with jax.set_mesh(run.mesh):
+        state, history = sft.train_sft(
+            run.state, run.graphdef, run.tx, seqs, row_len=int(c.rl.row_len), batch_rows=int(s.batch_rows),
+            steps=int(s.optim.steps), seed=c.seed,
+            log=lambda step, m: (writer.write(step + 1, "sft", m),
+                                 log(f"sft {step + 1}: loss {m['loss']:.4f} p {m['mean_target_prob']:.3f}")
+                                 if (step + 1) % 50 == 0 else None))
+    ckpt = Checkpointer(sft_dir / "checkpoints", c, keep=1, async_save=False)
+    ckpt.save(int(s.optim.steps), state, jax.random.key(c.seed), RunCursor(ids, c.seed))
+    ckpt.wait()
+    ckpt.close()
+    writer.close()
+    run.loop.close()
+    return dict(demos=len(ids), demo_pass_rate=demo_pass, sequences=len(seqs), demo_s=t1 - t0,
+                train_s=time.perf_counter() - t1, steps=int(s.optim.steps), lr=float(s.optim.lr),
+                init_from=init_from, final_loss=history[-1]["loss"],
+                final_mean_target_prob=history[-1]["mean_target_prob"])
+
+
+def main(argv=None):
+    from composer_jax.rl.train import run_rl, task_ids
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--workdir", default="runs/rl_bench")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", default="", help="comma list of ablation arms to run")
+    p.add_argument("--sft_from", default="", help="continue SFT from this checkpoints directory")
+    p.add_argument("--sft_steps", type=int, default=0)
+    p.add_argument("--sft_lr", type=float, default=0.0)
+    p.add_argument("--sft_demos", type=int, default=0)
+    p.add_argument("--sft_only", action="store_true", help="stop after SFT + its evaluation")
+    p.add_argument("--rl_steps", type=int, default=0)
+    args = p.parse_args(argv)
+    work = pathlib.Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    c = bench_config(args.quick)
+    if args.sft_steps:
+        c.sft.optim.steps = args.sft_steps
+    if args.sft_lr:
+        c.sft.optim.lr = args.sft_lr
+    if args.sft_demos:
+        c.sft.demos = args.sft_demos
+    if args.rl_steps:
+        c.rl.steps = c.rl.optim.steps = args.rl_steps
+    tok_path = work / "tokenizer.json"
+    if not tok_path.exists():
+        train_tokenizer(c, tok_path)
+    c.rl.tokenizer = str(tok_path)
+    t0 = time.perf_counter()
+    sft_dir = work / "sft"
+    sft_out = None
+    if not (sft_dir / "checkpoints").exists():
+        sft_out = sft_phase(c, sft_dir, work / f"demos_{int(c.sft.demos)}.pkl", init_from=args.sft_from)
+        print("sft", sft_out, flush=True)
+    sft_s = time.perf_counter() - t0
+    eval_ids = task_ids(c.rl, "validation")[:int(c.rl.eval_tasks)]
+    if args.sft_only:
+        from composer_jax.rl.learner import evaluate
+        from composer_jax.rl.train import build
+
+        run = build(c, c.rl.optim, init_from=str(sft_dir / "checkpoints"))
+        ev = evaluate(run.loop, eval_ids, seed=int(c.seed) + 7_777_777)
+        run.loop.close()
+        print("sft eval", {k: v for k, v in ev.items() if not isinstance(v, list)}, flush=True)
+        return
+    arms = {
+        "trained_summary": dict(train_summaries=True),
+        "masked_summary": dict(train_summaries=False),
+        "no_summary": dict(train_summaries=True, max_segments=1),
+    }
+    if args.only:
+        arms = {k: v for k, v in arms.items() if k in args.only.split(",")}
+    results = {}
+    for name, arm in arms.items():
+        ca = copy.deepcopy(c)
+        ca.rl.init_from = str(sft_dir / "checkpoints")
+        ca.rl.train_summaries = arm["train_summaries"]
+        if "max_segments" in arm:
+            ca.rollout.max_segments = arm["max_segments"]
+        t = time.perf_counter()
+        out = run_rl(ca, work / name, eval_ids=eval_ids)
+        evals = out["evals"]
+        results[name] = dict(before=evals[min(evals)], after=evals[max(evals)], wall_s=time.perf_counter() - t,
+                             steps=int(ca.rl.steps), counts=out["counts"])
+        print(name, results[name]["before"]["pass_rate"], "->", results[name]["after"]["pass_rate"], flush=True)
+    main_arm = results.get("trained_summary")
+    record = dict(
+        config=dict(model=c.model.to_dict(), rollout=c.rollout.to_dict(), rl=c.rl.to_dict(), sft=c.sft.to_dict()),
+        sft=sft_out, sft_wall_s=sft_s,
+        eval_tasks=len(eval_ids), eval_split="validation", env=c.rl.env_id,
+        suite_options=dict(c.rl.suite_options), rl_steps=int(c.rl.steps),
+        episodes_per_step=int(c.rl.groups_per_step) * int(c.rl.group_size),
+    )
+    if main_arm:
+        b, a = main_arm["before"], main_arm["after"]
+        record.update(before_rl_pass_rate=b["pass_rate"], before_rl_ci95=[b["ci95_low"], b["ci95_high"]],
+                      after_rl_pass_rate=a["pass_rate"], after_rl_ci95=[a["ci95_low"], a["ci95_high"]],
+                      rl_wall_s=main_arm["wall_s"])
+    record["ablation"] = {k: dict(pass_rate=v["after"]["pass_rate"], ci95=[v["after"]["ci95_low"], v["after"]["ci95_high"]],
+                                  before_pass_rate=v["before"]["pass_rate"], summary_len=v["after"]["summary_len"],
+                                  segments_per_episode=v["after"]["segments_per_episode"],
+                                  wall_s=v["wall_s"], steps=v["steps"]) for k, v in results.items()}
+    record["quick"] = bool(args.quick)
+    write_result(str(work / "rl_tiny.json") if args.quick else str(RESULT), record)
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    main()

@@ -1,0 +1,57 @@
+"""An imported model on disk: model.json (ModelConfig), tokenizer.json + chat template, and the
+parameters as an orbax checkpoint; restored straight onto a mesh when one is given."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+
+import jax
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from composer_jax.checkpoints.hf_import import Imported
+from composer_jax.data.tokenizer import Tokenizer
+from composer_jax.errors import ConfigError
+from composer_jax.model.config import ModelConfig
+from composer_jax.model.create import abstract_model
+from composer_jax.sharding import state_shardings
+
+
+def save_imported(directory: str | os.PathLike, imported: Imported) -> None:
+    directory = pathlib.Path(directory).absolute()
+    directory.mkdir(parents=True, exist_ok=True)
+    with ocp.StandardCheckpointer() as ckpt:
+        ckpt.save(directory / "params", nnx.to_pure_dict(imported.state), force=True)
+    (directory / "model.json").write_text(json.dumps(dataclasses.asdict(imported.cfg), indent=1))
+    if imported.tokenizer is not None:
+        imported.tokenizer.save(directory / "tokenizer.json")
+        (directory / "special_text.json").write_text(json.dumps(imported.tokenizer.special_text, indent=1))
+
+
+def load_model_config(directory: str | os.PathLike, **overrides) -> ModelConfig:
+    path = pathlib.Path(directory) / "model.json"
+    if not path.is_file():
+        raise ConfigError(f"{directory}: no model.json (not an imported checkpoint; run the setup step)")
+    cfg = ModelConfig(**{**json.loads(path.read_text()), **overrides})
+    cfg.validate()
+    return cfg
+
+
+def load_imported(directory: str | os.PathLike, mesh: jax.sharding.Mesh | None = None, **overrides) -> Imported:
+    """`overrides` change runtime fields only (dtype, moe_impl, max_seq_len), never shapes."""
+    directory = pathlib.Path(directory).absolute()
+    cfg = load_model_config(directory, **overrides)
+    graphdef, abstract = abstract_model(cfg)
+    if mesh is not None:
+        abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                abstract, state_shardings(abstract, mesh))
+    with ocp.StandardCheckpointer() as ckpt:
+        restored = ckpt.restore(directory / "params", nnx.to_pure_dict(abstract))
+    nnx.replace_by_pure_dict(abstract, restored)
+    tokenizer = None
+    if (directory / "tokenizer.json").is_file():
+        special = json.loads((directory / "special_text.json").read_text())
+        tokenizer = Tokenizer.load(directory / "tokenizer.json", special)
+    return Imported(cfg, graphdef, abstract, tokenizer)

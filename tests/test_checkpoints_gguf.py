@@ -1,0 +1,147 @@
+"""GGUF import: a tiny Qwen2 written as GGUF (F32 + Q8_0 tensors, GPT-2 BPE tokenizer metadata)
+imports to transformers' logits and tokenization; bad files fail with one clear error each."""
+import hashlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+
+import tokenizers  # noqa: E402
+from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: E402
+
+from composer_jax.checkpoints.hf_import import import_gguf  # noqa: E402
+from composer_jax.checkpoints.qwen_setup import assemble  # noqa: E402
+from composer_jax.errors import ConfigError  # noqa: E402
+from composer_jax.harness import special_tokens as st  # noqa: E402
+from composer_jax.harness.protocol import Message, render_conversation  # noqa: E402
+
+Q = gguf.GGMLQuantizationType
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+VOCAB = 320
+TEXT = "def add(a, b):\n    return a + b  # sum\n\nprint(add(1, 22))\n" * 4
+
+
+def bpe_vocab():
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([TEXT], trainers.BpeTrainer(
+        vocab_size=300, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    import json
+    model = json.loads(tok.to_str())["model"]
+    tokens = sorted(model["vocab"], key=model["vocab"].get)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return tokens, merges
+
+
+GGUF_NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+              "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
+              "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
+              "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
+              "self_attn.o_proj.weight": "attn_output.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+              "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
+
+
+def gguf_name(hf_name: str) -> str:
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    if hf_name in top:
+        return top[hf_name]
+    _, _, layer, rest = hf_name.split(".", 3)
+    return f"blk.{layer}.{GGUF_NAMES[rest]}"
+
+
+def write_tiny_gguf(path, arch="qwen2", matrix_type=Q.Q8_0, extra_tokens=0):
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, rope_theta=1e6,
+                                   tie_word_embeddings=False, max_position_embeddings=64, rms_norm_eps=1e-6)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    tokens, merges = bpe_vocab()
+    tokens = tokens + [f"[PAD{i}]" for i in range(len(tokens), VOCAB + extra_tokens)]
+    types = [3 if t in SPECIALS else 1 for t in tokens]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(2), w.add_context_length(64), w.add_embedding_length(64)
+    w.add_feed_forward_length(96), w.add_head_count(4), w.add_head_count_kv(2)
+    w.add_rope_freq_base(1e6), w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens), w.add_token_types(types), w.add_token_merges(merges)
+    w.add_eos_token_id(tokens.index("<|im_end|>")), w.add_bos_token_id(tokens.index("<|endoftext|>"))
+    for name, tensor in model.state_dict().items():
+        arr = tensor.numpy().astype(np.float32)
+        if arr.ndim == 2 and "embed" not in name:  # matrices quantised, like a real file
+            w.add_tensor(gguf_name(name), gguf.quants.quantize(arr, matrix_type),
+                         raw_dtype=matrix_type)
+        else:
+            w.add_tensor(gguf_name(name), arr)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_gguf(path)
+    return path
+
+
+def test_gguf_logits_and_tokenizer_match_transformers(tiny_gguf):
+    imported = import_gguf(tiny_gguf)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name,
+                                                           dtype=torch.float32).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name)
+    text = "def add(x, y):\n    return x+y  # ünïcode\n\tprint(add(3, 41))"
+    ids = imported.tokenizer.encode(text)
+    assert ids == hf_tok.encode(text, add_special_tokens=False)
+    assert imported.tokenizer.decode(ids) == text
+    with torch.no_grad():
+        hf_logits = hf(torch.tensor([ids])).logits.numpy()
+    ours, _ = imported.model(jnp.asarray([ids]))
+    np.testing.assert_allclose(np.asarray(ours), hf_logits, atol=1e-4, rtol=0)
+
+
+def test_harness_turns_render_in_the_chatml_template(tiny_gguf):
+    tok = import_gguf(tiny_gguf).tokenizer
+    text = render_conversation([Message("user", "hi")], add_generation_prompt=True)
+    assert tok.decode(tok.encode_with_specials(text)) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.decode([tok.eos_id]) == "<|im_end|>"
+    assert tok.decode([tok.token_to_id(st.TOOL_CALL_OPEN)]) == "<tool_call>"
+    with pytest.raises(KeyError, match="multi-token text"):
+        tok.token_to_id(st.USER)
+
+
+def test_truncated_or_altered_gguf_is_a_clear_error(tiny_gguf, tmp_path):
+    data = tiny_gguf.read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[:-200])
+    with pytest.raises(ConfigError, match="not a complete GGUF file .*truncated or corrupted"):
+        import_gguf(tmp_path / "cut.gguf")
+    (tmp_path / "bad.gguf").write_bytes(b"GGXX" + data[4:])
+    with pytest.raises(ConfigError, match="not a complete GGUF file .*magic"):
+        import_gguf(tmp_path / "bad.gguf")
+    expected = hashlib.sha256(data).hexdigest()
+    (tmp_path / "p1").write_bytes(data[:1000])
+    (tmp_path / "p2").write_bytes(data[1000:-1] + b"\x00")  # one altered byte
+    with pytest.raises(ConfigError, match=f"expected {len(data)} bytes with sha256 {expected}, got"):
+        assemble([tmp_path / "p1", tmp_path / "p2"], tmp_path / "out.gguf", expected, len(data))
+    assert not (tmp_path / "out.gguf").exists()
+
+
+def test_unsupported_architecture_quantisation_and_tokenizer_size(tmp_path):
+    write_tiny_gguf(tmp_path / "llama.gguf", arch="llama")
+    with pytest.raises(ConfigError, match="architecture 'llama' is not supported.*qwen2"):
+        import_gguf(tmp_path / "llama.gguf")
+    write_tiny_gguf(tmp_path / "q4.gguf", matrix_type=Q.Q4_0)
+    with pytest.raises(ConfigError, match="quantisation type Q4_0; supported: F32"):
+        import_gguf(tmp_path / "q4.gguf")
+    write_tiny_gguf(tmp_path / "vocab.gguf", extra_tokens=5)
+    with pytest.raises(ConfigError, match=f"tokenizer has {VOCAB + 5} tokens .* expected at most {VOCAB}"):
+        import_gguf(tmp_path / "vocab.gguf")
