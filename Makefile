@@ -2,24 +2,24 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# dev: test tools and parity references (torch CPU, transformers); ray: the environment fleet.
-EXTRAS ?= dev,ray
+# Extras per target. test: dev (test tools; torch CPU + transformers as parity references),
+# ray (the environment fleet) and seqio (T5X-style data sources), so every test runs in CI.
+RUN_EXTRAS ?= ray
+TEST_EXTRAS ?= dev,ray,seqio
 
-.PHONY: run test venv clean
+.PHONY: run test clean
 
-# The stamp is refreshed whenever setup.py changes, so both targets reinstall only when needed.
-$(VENV)/.stamp-$(EXTRAS): setup.py
+# One stamp per extras set, refreshed whenever setup.py changes: reinstall only when needed.
+$(VENV)/.stamp-%: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q -e ".[$*]"
 	touch $@
 
-venv: $(VENV)/.stamp-$(EXTRAS)
-
-run: $(VENV)/.stamp-$(EXTRAS)
+run: $(VENV)/.stamp-$(RUN_EXTRAS)
 	$(PY) launch/xm_launch.py
 
-test: $(VENV)/.stamp-$(EXTRAS)
+test: $(VENV)/.stamp-$(TEST_EXTRAS)
 	$(PY) -m pytest -q tests
 
 clean:

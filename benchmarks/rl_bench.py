@@ -115,6 +115,8 @@ def main(argv=None):
     p.add_argument("--sft_demos", type=int, default=0)
     p.add_argument("--sft_only", action="store_true", help="stop after SFT + its evaluation")
     p.add_argument("--rl_steps", type=int, default=0)
+    p.add_argument("--notes", default="")
+    p.add_argument("--out", default="", help="result path (default benchmarks/results/rl_tiny.json)")
     args = p.parse_args(argv)
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -150,8 +152,8 @@ def main(argv=None):
         return
     arms = {
         "trained_summary": dict(train_summaries=True),
-        "masked_summary": dict(train_summaries=False),
         "no_summary": dict(train_summaries=True, max_segments=1),
+        "masked_summary": dict(train_summaries=False),
     }
     if args.only:
         arms = {k: v for k, v in arms.items() if k in args.only.split(",")}
@@ -166,8 +168,24 @@ def main(argv=None):
         out = run_rl(ca, work / name, eval_ids=eval_ids)
         evals = out["evals"]
         results[name] = dict(before=evals[min(evals)], after=evals[max(evals)], wall_s=time.perf_counter() - t,
-                             steps=int(ca.rl.steps), counts=out["counts"])
+                             steps=int(ca.rl.steps), counts=out["counts"], train_log=train_log(work / name))
         print(name, results[name]["before"]["pass_rate"], "->", results[name]["after"]["pass_rate"], flush=True)
+        write_record(args, c, work, eval_ids, results, sft_out, sft_s)
+    write_record(args, c, work, eval_ids, results, sft_out, sft_s)
+
+
+def train_log(workdir: pathlib.Path) -> list[dict]:
+    import json
+
+    keys = ("step", "reward", "pass_rate", "usable_groups", "segments_per_episode", "summary_len", "rollout_s",
+            "learn_s", "step_s")
+    path = workdir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [{k: r[k] for k in keys if k in r} for r in rows if r.get("kind") == "train"]
+
+
+def write_record(args, c, work, eval_ids, results, sft_out, sft_s):
+    """The JSON so far (rewritten after every arm, so a cut-short run still leaves its numbers)."""
     main_arm = results.get("trained_summary")
     record = dict(
         config=dict(model=c.model.to_dict(), rollout=c.rollout.to_dict(), rl=c.rl.to_dict(), sft=c.sft.to_dict()),
@@ -184,9 +202,16 @@ def main(argv=None):
     record["ablation"] = {k: dict(pass_rate=v["after"]["pass_rate"], ci95=[v["after"]["ci95_low"], v["after"]["ci95_high"]],
                                   before_pass_rate=v["before"]["pass_rate"], summary_len=v["after"]["summary_len"],
                                   segments_per_episode=v["after"]["segments_per_episode"],
-                                  wall_s=v["wall_s"], steps=v["steps"]) for k, v in results.items()}
+                                  before_summary_len=v["before"]["summary_len"], before_ci95=[v["before"]["ci95_low"], v["before"]["ci95_high"]],
+                                  wall_s=v["wall_s"], steps=v["steps"], counts=v["counts"], train_log=v["train_log"],
+                                  before=v["before"], after=v["after"]) for k, v in results.items()}
+    record["notes"] = args.notes
     record["quick"] = bool(args.quick)
-    write_result(str(work / "rl_tiny.json") if args.quick else str(RESULT), record)
+    record["argv"] = vars(args)
+    record["arms_done"] = list(results)
+    write_result(args.out or (str(work / "rl_tiny.json") if args.quick else str(RESULT)), record)
+
+
 
 
 if __name__ == "__main__":

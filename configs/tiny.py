@@ -208,7 +208,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.checkpoint.every = 50
         c.sft.update(demos=48, batch_rows=4)
         # A 1k window keeps SFT/RL activations (and attention scores) small on a CPU host.
-        c.rollout.window = 1024
+        c.rollout.update(window=1024, turn_budget=128, summary_budget=128)
         c.rl.update(row_len=1024, minibatch_rows=4)
         c.sft.optim.update(steps=60, warmup_steps=5)
         c.rl.update(steps=4, groups_per_step=2, group_size=4, eval_tasks=8, eval_every=4,

@@ -146,8 +146,9 @@ def _rewards(suite, plan_fn, ids):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("suite", ["BugFix", "Implement", "LongHorizon"])
-def test_expert_solves_whole_validation_split_and_null_gets_zero(suite):
-    ids = make_suite(suite).task_ids("validation")  # default options: the real split
+def test_expert_solves_validation_split_and_null_gets_zero(suite):
+    # Every third task of the real split keeps CI short; benchmarks/env_bench.py runs it whole.
+    ids = make_suite(suite).task_ids("validation")[::3]
     shards = [ids[i::4] for i in range(4)]  # grading waits on sandboxes: overlap four envs
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         expert = {k: v for part in pool.map(lambda s: _rewards(suite, expert_plan, s), shards) for k, v in part.items()}

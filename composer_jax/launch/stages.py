@@ -63,23 +63,26 @@ def _rl(config, workdir: pathlib.Path) -> dict:
 
 
 def _eval(config, workdir: pathlib.Path) -> dict:
-    """The final policy on held-out validation tasks of every suite."""
+    """The final policy on held-out validation tasks of every suite (one engine, one compile)."""
+    from composer_jax.rl.agent import AgentLoop
     from composer_jax.rl.learner import evaluate
-    from composer_jax.rl.train import build, task_ids
+    from composer_jax.rl.train import build, env_factory, task_ids
     config = chained(config, workdir)
+    run = build(config, config.rl.optim, init_from=str(workdir / "rl" / "checkpoints"))
+    run.loop.close()
     results = {}
     for suite, env_id in config.pipeline.eval_suites.items():
-        suite_config = copy.deepcopy(config)
-        with suite_config.unlocked():
-            suite_config.rl.env_id = env_id
+        rl_cfg = copy.deepcopy(config.rl)
+        with rl_cfg.unlocked():
+            rl_cfg.env_id = env_id
             if env_id != "composer/LongHorizon-v0":
-                suite_config.rl.suite_options = {}
-        run = build(suite_config, config.rl.optim, init_from=str(workdir / "rl" / "checkpoints"))
+                rl_cfg.suite_options = {}
+        loop = AgentLoop(run.engine, run.tokenizer, run.engine.rollout, env_factory(rl_cfg, "validation"))
         try:
-            ids = task_ids(suite_config.rl, "validation")[:int(config.pipeline.eval_tasks)]
-            results[suite] = evaluate(run.loop, ids, seed=int(config.seed) + 99)
+            ids = task_ids(rl_cfg, "validation")[:int(config.pipeline.eval_tasks)]
+            results[suite] = evaluate(loop, ids, seed=int(config.seed) + 99)
         finally:
-            run.loop.close()
+            loop.close()
     return results
 
 

@@ -42,6 +42,9 @@ def bwrap_argv(view: View, host_ws: str, uid: int, limits: Limits, argv: Sequenc
            "--die-with-parent", "--new-session", "--hostname", "sandbox"]
     if not limits.network:
         out.append("--unshare-net")
+    # The private /tmp comes first: read-only binds that live under /tmp (a checkout or venv
+    # there) are then mounted on top of it instead of being hidden by it.
+    out += ["--size", str(TMP_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     # bwrap copies host permissions onto directories it creates for mount points (/root is
     # 0700), which would hide the interpreter from the unprivileged uid.
     for d in parent_dirs([s for _, s in view.ro_binds]):
@@ -50,8 +53,7 @@ def bwrap_argv(view: View, host_ws: str, uid: int, limits: Limits, argv: Sequenc
         out += ["--ro-bind", host, sandbox]
     for target, sandbox in view.symlinks:
         out += ["--symlink", target, sandbox]
-    out += ["--bind", host_ws, SANDBOX_PATH, "--size", str(TMP_BYTES), "--perms", "1777",
-            "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev", "--chdir", SANDBOX_PATH,
+    out += ["--bind", host_ws, SANDBOX_PATH, "--proc", "/proc", "--dev", "/dev", "--chdir", SANDBOX_PATH,
             "--remount-ro", "/", "--clearenv"]
     for k, v in view.env:
         out += ["--setenv", k, v]
@@ -66,12 +68,14 @@ def _unshare_script(view: View) -> str:
     dirs = parent_dirs([s for _, s in view.ro_binds] + [SANDBOX_PATH + "/x"])
     dirs += [s for _, s in view.ro_binds] + ["/tmp", "/proc", "/dev", "/.old", SANDBOX_PATH]
     lines = ['set -e', 'R=$1; W=$2; shift 2', 'mount -t tmpfs -o mode=0755,size=1m cjroot "$R"',
+             # /tmp first, so binds under /tmp (a checkout or venv there) land on top of it.
+             'mkdir "$R/tmp"',
+             f'mount -t tmpfs -o mode=1777,size={TMP_BYTES},nosuid,nodev cjtmp "$R/tmp"',
              "mkdir -p " + " ".join(f'"$R"{q(d)}' for d in dirs)]
     lines += [f'mount -o bind,ro {q(host)} "$R"{q(sandbox)}' for host, sandbox in view.ro_binds]
     lines += [f'ln -s {q(target)} "$R"{q(sandbox)}' for target, sandbox in view.symlinks]
     lines += [
         f'mount --bind "$W" "$R{SANDBOX_PATH}"',
-        f'mount -t tmpfs -o mode=1777,size={TMP_BYTES},nosuid,nodev cjtmp "$R/tmp"',
         'mount -t tmpfs -o mode=0755,nosuid cjdev "$R/dev"',
         'mkdir "$R/dev/shm"; touch ' + " ".join(f'"$R/dev/{n}"' for n in devices),
         *(f'mount --bind /dev/{n} "$R/dev/{n}"' for n in devices),
