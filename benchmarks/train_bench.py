@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=256)
-    parser.add_argument("--moe_impl", default="ragged", choices=["ragged", "dense"])
+    parser.add_argument("--moe_impl", default="blocked", choices=["blocked", "ragged", "dense"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--steps", type=int, default=10, help="timed steps per setting (median)")
     parser.add_argument("--sweep", action="store_true", help="try a grid of settings")
@@ -83,7 +83,7 @@ def main() -> None:
 
     if args.sweep:
         # Small on purpose: each setting compiles anew, on a shared 2-core machine.
-        grid = [(8, 256, "ragged", "float32"), (8, 256, "dense", "float32"),
+        grid = [(8, 256, "blocked", "float32"), (8, 256, "ragged", "float32"), (8, 256, "dense", "float32"),
                 (16, 256, "dense", "float32"), (8, 256, "dense", "bfloat16")]
     else:
         grid = [(args.batch, args.seq_len, args.moe_impl, args.dtype)]
