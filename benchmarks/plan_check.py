@@ -1,0 +1,74 @@
+"""Check the planner against what the tiny config really uses on this machine; writes JSON.
+
+    python benchmarks/plan_check.py --out benchmarks/results/plan_check.json
+
+Memory: the planner's per-chip total vs XLA's own accounting of the compiled train step
+(arguments + temporaries; the donated outputs alias the arguments). Step time: the planner's
+prediction at the MFU it assumes vs the measured median step, and the MFU that would have made
+the prediction exact.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import numpy as np
+
+from benchmarks.common import write_result
+from benchmarks.train_bench import synthetic_batch
+from configs.tiny import get_config
+from composer_jax.model import ModelConfig, create_sharded
+from composer_jax.sharding import batch_sharding, make_mesh
+from composer_jax.tools.hardware import Chip, Slice
+from composer_jax.tools.plan import plan
+from composer_jax.train.flops import measure_peak_flops
+from composer_jax.train.optim import make_optimizer
+from composer_jax.train.step import create_train_state, make_train_step
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--mfu", type=float, default=0.35, help="the planner's assumed MFU")
+    args = parser.parse_args()
+    config = get_config()
+    with config.unlocked():
+        config.mesh.data = 1
+    model_cfg = ModelConfig.from_config(config.model)
+    mesh = make_mesh(dict(config.mesh), jax.devices()[:1])
+    tx = make_optimizer(config.train)
+    graphdef, params = create_sharded(model_cfg, mesh, seed=0)
+    state, shardings = create_train_state(params, tx)
+    bsh = batch_sharding(mesh)
+    step = make_train_step(graphdef, tx, model_cfg, config.train, shardings, bsh)
+    batch = synthetic_batch(config.data.batch_size, config.data.seq_len, model_cfg.vocab_size, bsh)
+    with jax.set_mesh(mesh):
+        memory = step.lower(state, batch).compile().memory_analysis()
+        for _ in range(2):
+            state, metrics = step(state, batch)
+        jax.block_until_ready(metrics)
+        times = []
+        for _ in range(args.steps):
+            start = time.perf_counter()
+            state, metrics = step(state, batch)
+            jax.block_until_ready(metrics)
+            times.append(time.perf_counter() - start)
+    peak = measure_peak_flops("float32", n=4096)
+    cpu = Slice("cpu-1", Chip("cpu", 24 * 2**30, peak, 1), 1)
+    predicted = plan(config, cpu, args.mfu)
+    measured_bytes = memory.argument_size_in_bytes + memory.temp_size_in_bytes
+    step_s = float(np.median(times))
+    write_result(args.out, dict(
+        planned_memory_bytes=predicted.memory_total_bytes, planned_terms=predicted.memory_bytes,
+        measured_memory_bytes=measured_bytes, measured_argument_bytes=memory.argument_size_in_bytes,
+        measured_temp_bytes=memory.temp_size_in_bytes,
+        memory_error=predicted.memory_total_bytes / measured_bytes - 1,
+        planned_step_s=predicted.step_time_s, assumed_mfu=args.mfu, measured_step_s=step_s,
+        step_time_error=predicted.step_time_s / step_s - 1,
+        implied_mfu=args.mfu * predicted.step_time_s / step_s, peak_flops=peak))
+
+
+if __name__ == "__main__":
+    main()
