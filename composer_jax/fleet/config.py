@@ -5,7 +5,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from composer_jax.errors import ConfigError
+from composer_jax.errors import ConfigError, reject_unknown_fields
 
 BACKENDS = ("local", "ray")
 RL_MODES = ("sync", "async")
@@ -30,10 +30,7 @@ class FleetConfig:
     @classmethod
     def from_config(cls, fleet_config: Mapping[str, Any]) -> FleetConfig:
         values = dict(fleet_config.items())
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"fleet.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+        reject_unknown_fields(cls, values, "fleet")
         cfg = cls(**values)
         cfg.validate()
         return cfg

@@ -5,7 +5,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from composer_jax.errors import ConfigError
+from composer_jax.errors import ConfigError, reject_unknown_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +50,7 @@ class ModelConfig:
     @classmethod
     def from_config(cls, model_config: Mapping[str, Any]) -> "ModelConfig":
         values = dict(model_config.items()) if hasattr(model_config, "items") else dict(model_config)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"model.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+        reject_unknown_fields(cls, values, "model")
         missing = [f.name for f in dataclasses.fields(cls)
                    if f.default is dataclasses.MISSING and f.name not in values]
         if missing:

@@ -5,7 +5,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from composer_jax.errors import ConfigError
+from composer_jax.errors import ConfigError, reject_unknown_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,10 +25,7 @@ class RolloutConfig:
     @classmethod
     def from_config(cls, rollout_config: Mapping[str, Any]) -> RolloutConfig:
         values = dict(rollout_config.items())
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"rollout.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+        reject_unknown_fields(cls, values, "rollout")
         if "prefill_buckets" in values:
             values["prefill_buckets"] = tuple(values["prefill_buckets"])
         cfg = cls(**values)
