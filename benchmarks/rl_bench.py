@@ -63,13 +63,8 @@ def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str
     training may continue from an earlier SFT checkpoint (`init_from`)."""
     import pickle
 
-    import jax
-
     from composer_jax.rl import sft
-    from composer_jax.rl.replay import RunCursor
-    from composer_jax.rl.train import build, demo_policy, task_ids
-    from composer_jax.train.checkpoint import Checkpointer
-    from composer_jax.train.metrics import MetricsWriter
+    from composer_jax.rl.train import build, demo_policy, task_ids, train_and_save_sft
 
     s = c.sft
     run = build(c, s.optim, init_from=init_from, make_policy=demo_policy(c.rl))
@@ -82,19 +77,7 @@ def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str
         seqs, demo_pass = sft.demo_sequences(demos), float(np.mean([d.reward >= 1 for d in demos]))
         demos_path.write_bytes(pickle.dumps((seqs, demo_pass)))
     t1 = time.perf_counter()
-    writer = MetricsWriter(sft_dir)
-    with jax.set_mesh(run.mesh):
-        state, history = sft.train_sft(
-            run.state, run.graphdef, run.tx, seqs, row_len=int(c.rl.row_len), batch_rows=int(s.batch_rows),
-            steps=int(s.optim.steps), seed=c.seed,
-            log=lambda step, m: (writer.write(step + 1, "sft", m),
-                                 log(f"sft {step + 1}: loss {m['loss']:.4f} p {m['mean_target_prob']:.3f}")
-                                 if (step + 1) % 50 == 0 else None))
-    ckpt = Checkpointer(sft_dir / "checkpoints", c, keep=1, async_save=False)
-    ckpt.save(int(s.optim.steps), state, jax.random.key(c.seed), RunCursor(ids, c.seed))
-    ckpt.wait()
-    ckpt.close()
-    writer.close()
+    history = train_and_save_sft(c, run, seqs, ids, sft_dir, log)
     run.loop.close()
     return dict(demos=len(ids), demo_pass_rate=demo_pass, sequences=len(seqs), demo_s=t1 - t0,
                 train_s=time.perf_counter() - t1, steps=int(s.optim.steps), lr=float(s.optim.lr),

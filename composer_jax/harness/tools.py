@@ -85,12 +85,16 @@ def list_dir(root: str, path: str = ".", *, max_entries: int = 300) -> Observati
     return Observation("\n".join(shown) + more if shown else "(empty directory)", ok=True)
 
 
-def _read_text(host_path: str, path: str) -> str | Observation:
+def _read_text(root: str, path: str) -> tuple[str, str] | Observation:
+    """(host path, UTF-8 content) of a workspace file, or the error observation."""
+    host_path = resolve_path(root, path)
+    if isinstance(host_path, Observation):
+        return host_path
     if not os.path.isfile(host_path):
         return _error(f"file {path!r} does not exist")
     try:
         with open(host_path, encoding="utf-8") as f:
-            return f.read()
+            return host_path, f.read()
     except UnicodeDecodeError:
         return _error(f"{path!r} is not a UTF-8 text file")
     except OSError as e:
@@ -100,12 +104,10 @@ def _read_text(host_path: str, path: str) -> str | Observation:
 def read_file(
     root: str, path: str, start_line: int = 1, end_line: int | None = None, *, max_lines: int = 400
 ) -> Observation:
-    target = resolve_path(root, path)
-    if isinstance(target, Observation):
-        return target
-    text = _read_text(target, path)
-    if isinstance(text, Observation):
-        return text
+    loaded = _read_text(root, path)
+    if isinstance(loaded, Observation):
+        return loaded
+    _, text = loaded
     lines = text.splitlines()
     if not lines:
         return Observation(f"({path} is empty)", ok=True)
@@ -120,12 +122,10 @@ def read_file(
 
 
 def edit_file(root: str, path: str, old: str, new: str) -> Observation:
-    target = resolve_path(root, path)
-    if isinstance(target, Observation):
-        return target
-    text = _read_text(target, path)
-    if isinstance(text, Observation):
-        return text
+    loaded = _read_text(root, path)
+    if isinstance(loaded, Observation):
+        return loaded
+    target, text = loaded
     if not old:
         return _error("'old' must not be empty; use write_file to create content")
     count = text.count(old)

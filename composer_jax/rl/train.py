@@ -139,17 +139,9 @@ def demo_policy(rl_cfg):
     return lambda env: ExpertPolicy(env)
 
 
-def run_sft(config, workdir: pathlib.Path, log=print) -> dict:
+def train_and_save_sft(config, run: Run, seqs, ids: list[str], workdir: pathlib.Path, log=print) -> list[dict]:
+    """SFT on packed demonstration sequences, then one checkpoint in WORKDIR/checkpoints."""
     s = config.sft
-    run = build(config, s.optim, init_from=s.init_from, make_policy=demo_policy(config.rl))
-    ids = task_ids(config.rl, "train")[:int(s.demos)]
-    t0 = time.perf_counter()
-    demos = run.loop.run([{"options": {"task_id": t}} for t in ids])
-    seqs = sft.demo_sequences(demos)
-    t1 = time.perf_counter()
-    if not seqs:
-        raise RuntimeError(f"none of {len(demos)} demonstrations succeeded; check rl.suite_options "
-                           "and the rollout window")
     writer = MetricsWriter(workdir)
     with jax.set_mesh(run.mesh):
         state, history = sft.train_sft(
@@ -162,6 +154,21 @@ def run_sft(config, workdir: pathlib.Path, log=print) -> dict:
     ckpt.wait()
     ckpt.close()
     writer.close()
+    return history
+
+
+def run_sft(config, workdir: pathlib.Path, log=print) -> dict:
+    s = config.sft
+    run = build(config, s.optim, init_from=s.init_from, make_policy=demo_policy(config.rl))
+    ids = task_ids(config.rl, "train")[:int(s.demos)]
+    t0 = time.perf_counter()
+    demos = run.loop.run([{"options": {"task_id": t}} for t in ids])
+    seqs = sft.demo_sequences(demos)
+    t1 = time.perf_counter()
+    if not seqs:
+        raise RuntimeError(f"none of {len(demos)} demonstrations succeeded; check rl.suite_options "
+                           "and the rollout window")
+    history = train_and_save_sft(config, run, seqs, ids, workdir, log)
     return dict(demos=len(demos), demo_pass_rate=float(np.mean([d.reward >= 1 for d in demos])),
                 sequences=len(seqs), demo_s=t1 - t0, train_s=time.perf_counter() - t1,
                 final_loss=history[-1]["loss"])
