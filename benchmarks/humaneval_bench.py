@@ -3,7 +3,8 @@
 Each problem's chat prompt (the Implement suite's `single_turn_prompt`, rendered in the model's
 chat template) is decoded greedily in batches of similar length inside one jitted
 `lax.while_loop`; the reply's last ```python block is graded by the suite's single-turn grader
-(hidden tests in a fresh sandbox). Progress goes to `<out>.jsonl` as each batch is graded.
+(hidden tests in a fresh sandbox). Progress goes to `<out>.jsonl` as each batch is graded;
+`--resume` keeps the problems already in that log and decodes only the rest.
 
   python benchmarks/humaneval_bench.py --config configs/qwen_coder_0p5b.py \
       --out benchmarks/results/humaneval_qwen.json [--limit N]
@@ -68,6 +69,7 @@ def main():
     parser.add_argument("--config", required=True)
     parser.add_argument("--out", default="")
     parser.add_argument("--limit", type=int, default=0, help="first N problems only (0 = all)")
+    parser.add_argument("--resume", action="store_true", help="keep graded problems from <out>.jsonl")
     args = parser.parse_args()
     config = load_config(args.config)
     imported = load_imported(config.checkpoint_dir)
@@ -81,10 +83,17 @@ def main():
     tasks = [suite.get(t) for t in suite.task_ids("validation")]
     tasks = tasks[: args.limit] if args.limit else tasks
     prompts = [chat_prompt_ids(tok, t) for t in tasks]
-    order = sorted(range(len(tasks)), key=lambda i: len(prompts[i]))
     log_path = (args.out or "humaneval") + "l"
-    passed, generated, decode_s, start = 0, 0, 0.0, time.perf_counter()
-    with open(log_path, "w") as log:
+    done_rows = read_log(log_path) if args.resume else {}
+    order = sorted((i for i in range(len(tasks)) if tasks[i].task_id not in done_rows),
+                   key=lambda i: len(prompts[i]))
+    passed = sum(r["passed"] for r in done_rows.values())
+    timed = [r for r in done_rows.values() if "decode_s" in r]  # older logs lack per-row timing
+    generated, decode_s = sum(r["n_tokens"] for r in timed), sum(r["decode_s"] for r in timed)
+    if done_rows:
+        print(f"resuming: {len(done_rows)} graded in {log_path} ({passed} passed), {len(order)} left")
+    start = time.perf_counter()
+    with open(log_path, "a" if args.resume else "w") as log:
         for first in range(0, len(order), batch):
             rows = order[first:first + batch]
             rows = rows + [rows[-1]] * (batch - len(rows))  # fixed batch shape: repeat the last row
@@ -96,23 +105,39 @@ def main():
             tic = time.perf_counter()
             out_bn, count_b = jax.device_get(greedy_generate(
                 imported.graphdef, imported.state, prompt_bt, n_prompt_b, max_new, t + max_new, stop_ids))
-            decode_s += time.perf_counter() - tic
-            for r, i in enumerate(dict.fromkeys(rows)):
+            batch_s = time.perf_counter() - tic
+            decode_s += batch_s
+            unique_rows = list(dict.fromkeys(rows))
+            for r, i in enumerate(unique_rows):
                 reply = tok.decode([x for x in out_bn[r, :count_b[r]] if x not in stop_ids])
                 grade = grade_single_turn(tasks[i], reply)
                 passed += bool(grade.passed)
                 generated += int(count_b[r])
                 log.write(json.dumps(dict(task_id=tasks[i].task_id, passed=bool(grade.passed),
-                                          n_tokens=int(count_b[r]), reply=reply)) + "\n")
+                                          n_tokens=int(count_b[r]), reply=reply,
+                                          decode_s=batch_s / len(unique_rows))) + "\n")
             log.flush()
-            done = min(first + batch, len(order))
-            print(f"{done}/{len(order)} passed={passed} tokens/s={generated / decode_s:.1f} "
+            done = len(done_rows) + min(first + batch, len(order))
+            print(f"{done}/{len(tasks)} passed={passed} tokens/s={generated / decode_s:.1f} "
                   f"elapsed={time.perf_counter() - start:.0f}s", flush=True)
     write_result(args.out, dict(
         config=args.config, n_problems=len(tasks), n_passed=passed, pass_at_1=passed / len(tasks),
-        tokens_generated=generated, tokens_per_s=generated / decode_s, decode_s=decode_s,
-        wall_s=time.perf_counter() - start, batch_size=batch, max_new_tokens=max_new,
+        tokens_generated=generated, tokens_per_s=generated / max(decode_s, 1e-9), decode_s=decode_s,
+        tokens_per_s_covers=f"{len(timed) + len(order)} problems with per-row decode timing",
+        wall_s=time.perf_counter() - start, resumed_problems=len(done_rows), batch_size=batch, max_new_tokens=max_new,
         reference="llama.cpp on the same GGUF: 89/164 = 0.543"))
+
+
+def read_log(path: str) -> dict[str, dict]:
+    """task_id -> graded row from a progress log; a missing log means nothing graded yet."""
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{path}: not a humaneval progress log ({e}); delete it or drop --resume")
+    return {r["task_id"]: r for r in rows}
 
 
 def dataclass_shapes(cfg: ModelConfig) -> tuple:

@@ -30,15 +30,17 @@ SYSTEM = "Tools: read_file(path), write_file(path, content), submit(). One tool 
 
 def bench_config(quick: bool):
     c = get_config("test")
-    # dense 2-layer d_model 64: the fastest model that can still learn to copy the key/fragments
-    c.model.update(vocab_size=512, max_seq_len=1024, n_experts=0, first_dense_layers=2, d_ff=256)
+    # dense 2-layer d_model 128: small enough for CPU, wide enough heads (32) to learn to copy
+    c.model.update(vocab_size=512, max_seq_len=1024, n_experts=0, first_dense_layers=2, d_model=128,
+                   head_dim=32, d_ff=512)
     c.mesh.data = 1
     c.rl.update(system_prompt=SYSTEM, suite_options=dict(hops=2, filler_lines=1), env_max_turns=8,
+                reward_mode="fraction",  # partial credit (key right, fragments wrong) gives RL a gradient
                 steps=4 if quick else 8, groups_per_step=4, group_size=6, row_len=512, minibatch_rows=8,
                 eval_tasks=8 if quick else 32, eval_every=1000, checkpoint_every=1000, max_sampling_rounds=1)
     c.rl.optim.update(lr=3e-4, steps=c.rl.steps)
-    c.sft.update(demos=64 if quick else 256, batch_rows=8)
-    c.sft.optim.update(steps=60 if quick else 400, lr=3e-3, warmup_steps=20, min_lr_ratio=0.5)
+    c.sft.update(demos=64 if quick else 768, batch_rows=8)
+    c.sft.optim.update(steps=60 if quick else 2000, lr=3e-3, warmup_steps=50, min_lr_ratio=0.1)
     c.rollout.update(window=512, summary_budget=64, turn_budget=72, max_segments=6, slots=24, max_turns=8,
                      prefill_buckets=(64, 256), temperature=1.0)
     return c

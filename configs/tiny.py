@@ -124,6 +124,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             env_id="composer/LongHorizon-v0",
             suite_options=dict(hops=2, filler_lines=3),
             env_max_turns=30,
+            reward_mode="",  # "" = the env's (all_pass); "fraction" gives partial credit per hidden test
             system_prompt="",  # "" keeps the env's tool manual; a tiny window needs a short one
             tokenizer="",  # tokenizer.json path; "" = byte-level
             init_from="",  # a checkpoints directory (e.g. an SFT run's) to start from

@@ -56,8 +56,9 @@ def env_factory(rl_cfg, split: str | None = None):
     import environments  # noqa: F401 - registers the envs
 
     def make():
+        extra = dict(reward_mode=rl_cfg.reward_mode) if rl_cfg.get("reward_mode") else {}
         env = gym.make(rl_cfg.env_id, split=split or "train", max_turns=int(rl_cfg.env_max_turns),
-                       suite_options=dict(rl_cfg.suite_options))
+                       suite_options=dict(rl_cfg.suite_options), **extra)
         return SystemPrompt(env, rl_cfg.system_prompt) if rl_cfg.system_prompt else env
     return make
 
