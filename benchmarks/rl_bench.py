@@ -88,7 +88,7 @@ def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str
 
 
 def main(argv=None):
-    from composer_jax.rl.train import run_rl, task_ids
+    from composer_jax.rl.train import task_ids
 
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", default="runs/rl_bench")
@@ -135,28 +135,117 @@ def main(argv=None):
         run.loop.close()
         print("sft eval", {k: v for k, v in ev.items() if not isinstance(v, list)}, flush=True)
         return
-    arms = {
-        "trained_summary": dict(train_summaries=True),
-        "no_summary": dict(train_summaries=True, max_segments=1),
-        "masked_summary": dict(train_summaries=False),
-    }
-    if args.only:
-        arms = {k: v for k, v in arms.items() if k in args.only.split(",")}
+    arms = {k: v for k, v in ARMS.items() if not args.only or k in args.only.split(",")}
+    results = run_arms(c, work, eval_ids, arms,
+                       on_arm=lambda res: write_record(args, c, work, eval_ids, res, sft_out, sft_s))
+    extra = {}
+    if "trained_summary" in results and not args.quick:
+        print("length sweep", flush=True)
+        extra["length_sweep"] = length_sweep(c, work, arms, hops_values=(1, 2, 3, 4), tasks=16)
+        print("bugfix", flush=True)
+        extra["bugfix"] = suite_eval(c, work, "composer/BugFix-v0", tasks=16)
+    write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra)
+
+
+ARMS = {
+    "trained_summary": dict(train_summaries=True),
+    "masked_summary": dict(train_summaries=False),
+    "no_summary": dict(train_summaries=True, max_segments=1),
+}
+
+
+def arm_config(c, work: pathlib.Path, arm: dict):
+    ca = copy.deepcopy(c)
+    ca.rl.init_from = str(work / "sft" / "checkpoints")
+    ca.rl.train_summaries = arm["train_summaries"]
+    if "max_segments" in arm:
+        ca.rollout.max_segments = arm["max_segments"]
+    return ca
+
+
+def run_arms(c, work: pathlib.Path, eval_ids: list[str], arms=ARMS, on_arm=None, log=print) -> dict:
+    """The same RL budget from the SFT checkpoint once per arm; evaluations before and after."""
+    from composer_jax.rl.train import run_rl
+
     results = {}
     for name, arm in arms.items():
-        ca = copy.deepcopy(c)
-        ca.rl.init_from = str(sft_dir / "checkpoints")
-        ca.rl.train_summaries = arm["train_summaries"]
-        if "max_segments" in arm:
-            ca.rollout.max_segments = arm["max_segments"]
+        ca = arm_config(c, work, arm)
         t = time.perf_counter()
-        out = run_rl(ca, work / name, eval_ids=eval_ids)
+        out = run_rl(ca, work / name, eval_ids=eval_ids, log=log)
         evals = out["evals"]
         results[name] = dict(before=evals[min(evals)], after=evals[max(evals)], wall_s=time.perf_counter() - t,
                              steps=int(ca.rl.steps), counts=out["counts"], train_log=train_log(work / name))
-        print(name, results[name]["before"]["pass_rate"], "->", results[name]["after"]["pass_rate"], flush=True)
-        write_record(args, c, work, eval_ids, results, sft_out, sft_s)
-    write_record(args, c, work, eval_ids, results, sft_out, sft_s)
+        log(f"{name}: {results[name]['before']['pass_rate']} -> {results[name]['after']['pass_rate']}")
+        if on_arm:
+            on_arm(results)
+    return results
+
+
+def _engine(c):
+    from composer_jax.rl.train import build
+
+    run = build(c, c.rl.optim)
+    run.loop.close()
+    return run
+
+
+def _policy_loop(run, checkpoints: str, env_cfg, max_segments: int | None = None):
+    """An agent loop over env_cfg's validation split, the engine running the params under
+    `checkpoints` (same shapes: the engine's compiled programs are reused)."""
+    import dataclasses
+
+    import jax
+
+    from composer_jax.rl.agent import AgentLoop
+    from composer_jax.rl.train import env_factory, load_params
+
+    with jax.set_mesh(run.mesh):
+        run.engine.set_params(load_params(run.config, checkpoints, run.model_cfg, run.mesh, run.tx))
+    rollout = run.engine.rollout
+    if max_segments is not None:
+        rollout = dataclasses.replace(rollout, max_segments=max_segments)
+    return AgentLoop(run.engine, run.tokenizer, rollout, env_factory(env_cfg, "validation"))
+
+
+def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks: int = 8) -> dict:
+    """Each arm's final policy on validation tasks of growing length (more notes to follow):
+    pass rate against transcript length in windows."""
+    from composer_jax.rl.learner import evaluate
+
+    filler = int(c.rl.suite_options["filler_lines"])
+    run, out = _engine(c), {}
+    for name, arm in arms.items():
+        loop = _policy_loop(run, str(work / name / "checkpoints"), c.rl, arm.get("max_segments"))
+        points = []
+        for hops in hops_values:
+            ids = [f"longhorizon/h{hops}-f{filler}/validation-{i}" for i in range(tasks)]
+            ev = evaluate(loop, ids, seed=int(c.seed) + 9_999)
+            points.append(dict(hops=hops, pass_rate=ev["pass_rate"], ci95=[ev["ci95_low"], ev["ci95_high"]],
+                               reward=ev["reward"], transcript_tokens=ev["transcript_tokens"],
+                               transcript_windows=ev["transcript_tokens"] / int(c.rollout.window),
+                               segments_per_episode=ev["segments_per_episode"], summary_len=ev["summary_len"],
+                               n=ev["n"]))
+        loop.close()
+        out[name] = points
+    return out
+
+
+def suite_eval(c, work: pathlib.Path, env_id: str, tasks: int = 16) -> dict:
+    """The SFT policy and the trained-summary RL policy on another suite's validation tasks."""
+    from composer_jax.rl.learner import evaluate
+    from composer_jax.rl.train import task_ids
+
+    env_cfg = copy.deepcopy(c.rl)
+    env_cfg.env_id, env_cfg.suite_options = env_id, {}
+    ids = task_ids(env_cfg, "validation")
+    ids = ids[::max(len(ids) // tasks, 1)][:tasks]  # evenly spaced: every source package
+    run, out = _engine(c), dict(env=env_id, tasks=len(ids))
+    for label, ckpt in (("before", work / "sft" / "checkpoints"), ("after", work / "trained_summary" / "checkpoints")):
+        loop = _policy_loop(run, str(ckpt), env_cfg)
+        ev = evaluate(loop, ids, seed=int(c.seed) + 5_555)
+        loop.close()
+        out[label] = {k: v for k, v in ev.items() if not isinstance(v, list)}
+    return out
 
 
 def train_log(workdir: pathlib.Path) -> list[dict]:
@@ -169,7 +258,7 @@ def train_log(workdir: pathlib.Path) -> list[dict]:
     return [{k: r[k] for k in keys if k in r} for r in rows if r.get("kind") == "train"]
 
 
-def write_record(args, c, work, eval_ids, results, sft_out, sft_s):
+def write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra=None):
     """The JSON so far (rewritten after every arm, so a cut-short run still leaves its numbers)."""
     main_arm = results.get("trained_summary")
     record = dict(
@@ -190,6 +279,7 @@ def write_record(args, c, work, eval_ids, results, sft_out, sft_s):
                                   before_summary_len=v["before"]["summary_len"], before_ci95=[v["before"]["ci95_low"], v["before"]["ci95_high"]],
                                   wall_s=v["wall_s"], steps=v["steps"], counts=v["counts"], train_log=v["train_log"],
                                   before=v["before"], after=v["after"]) for k, v in results.items()}
+    record.update(extra or {})
     record["notes"] = args.notes
     record["quick"] = bool(args.quick)
     record["argv"] = vars(args)

@@ -39,3 +39,29 @@ def test_moe_vs_dense_notebook(tmp_path):
     for run in result.values():
         assert run["steps"] == 12 and run["final_val_loss"] < 9.0  # below log(8192) = 9.01
     assert (tmp_path / "moe_vs_dense.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_quickstart_notebook(tmp_path):
+    texts = execute("quickstart.ipynb", tmp_path)
+    assert (tmp_path / "sft" / "checkpoints").is_dir()  # it trained, saved, then loaded this
+    transcript, result = texts[-2], json.loads(texts[-1])
+    assert result["segments"] >= 1 and result["policy_tokens"] > 0
+    assert transcript.count("===== segment ") == result["segments"]
+    assert transcript.count("[carried summary]") == result["segments"] - 1  # one per reset
+    assert result["task_id"] in transcript and f"end={result['end_reason']}" in transcript
+
+
+@pytest.mark.slow
+def test_summarization_ablation_notebook(tmp_path):
+    texts = execute("summarization_ablation.ipynb", tmp_path)
+    result = json.loads(texts[-1])
+    assert set(result["ablation"]) == set(result["sweep"]) == {"trained_summary", "masked_summary", "no_summary"}
+    for name in result["ablation"]:  # each arm trained from the same SFT checkpoint
+        assert (tmp_path / name / "checkpoints").is_dir()
+    sweep = result["sweep"]
+    assert [p["hops"] for p in sweep["trained_summary"]] == [1, 2]
+    # Summaries let a run outgrow its window; without them a run is one context, never longer.
+    assert max(p["transcript_windows"] for p in sweep["trained_summary"]) > 1.0
+    assert all(p["segments_per_episode"] == 1 and p["transcript_windows"] <= 1.0 for p in sweep["no_summary"])
+    assert (tmp_path / "summarization_ablation.png").stat().st_size > 10_000

@@ -11,7 +11,8 @@ from composer_jax.errors import ConfigError
 from composer_jax.model import ModelConfig, create_sharded
 from composer_jax.sharding import make_mesh
 from composer_jax.tools.hardware import parse_slice
-from composer_jax.tools.plan import state_bytes_per_chip
+from composer_jax.config_loading import load_config
+from composer_jax.tools.plan import plan, refusal, state_bytes_per_chip
 from composer_jax.train.optim import make_optimizer
 from composer_jax.train.step import create_train_state
 
@@ -57,3 +58,14 @@ def test_unknown_slice_is_a_clear_error():
     with pytest.raises(ConfigError, match="unknown slice"):
         parse_slice("tpu9000-8")
     assert parse_slice("v5p-1024").n_chips == 512 and parse_slice("v6e-256").n_chips == 256
+
+
+def test_small_config_fits_one_h100_only_with_its_gradient_accumulation():
+    out = run_plan("--config", "configs/small.py", "--slice", "h100-1")
+    assert out.returncode == 0, out.stderr
+    assert '"n_chips": 1' in out.stdout and '"fits": true' in out.stdout
+    # Without accumulation the full-batch logits outgrow the chip: refused, naming them.
+    config = load_config("configs/small.py")
+    config.train.grad_accum = 1
+    p = plan(config, parse_slice("h100-1"), 0.35)
+    assert not p.fits and "the largest term is logits_f32" in refusal(p)

@@ -121,6 +121,7 @@ def episode_stats(episodes: list[Episode]) -> dict[str, float]:
         summary_len=float(np.mean(summaries)) if summaries else 0.0,
         turns_per_episode=float(np.mean([ep.turns for ep in episodes])) if episodes else 0.0,
         generated_tokens=float(sum(sum(s.loss_mask) for ep in episodes for s in ep.segments)),
+        transcript_tokens=float(np.mean([ep.transcript_tokens for ep in episodes])) if episodes else 0.0,
         **{f"end_{k}": float(v) for k, v in ends.items()})
 
 
