@@ -190,3 +190,21 @@ def test_missing_tool_names_the_package(monkeypatch):
     monkeypatch.setattr(local.shutil, "which", lambda t: None if t == "bwrap" else real(t))
     with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
         local.LocalBackend("bwrap")
+
+
+def test_directories_of_killed_owners_are_swept(backend, tmp_path):
+    import subprocess
+    import sys
+    # A process that made a sandbox and was SIGKILLed before its finaliser could clean up.
+    code = ("import os, sys; from composer_jax.sandbox import local; "
+            f"b = local.LocalBackend({backend.name!r}, base_dir={str(tmp_path)!r}); print(b.base_dir, flush=True); "
+            "os.kill(os.getpid(), 9)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    orphan = out.stdout.strip()
+    assert out.returncode == -9 and os.path.isdir(orphan)
+    foreign = tmp_path / "cj-sandbox-unowned"  # no owner file: not ours to judge
+    foreign.mkdir()
+    live = local.LocalBackend(backend.name, base_dir=str(tmp_path))
+    assert not os.path.exists(orphan)
+    assert foreign.is_dir() and os.path.isdir(live.base_dir)
+    assert local.sweep_orphans(str(tmp_path)) == []  # the live backend's own directory stays

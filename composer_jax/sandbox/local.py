@@ -26,6 +26,8 @@ from composer_jax.sandbox.process import killpg, run_capped
 from composer_jax.sandbox.view import sandbox_uid, system_view
 
 FLAVOURS = ("bwrap", "unshare")
+PREFIX = "cj-sandbox-"
+OWNER_FILE = ".owner"  # pid of the process that made the directory
 REQUIRED_TOOLS = {
     "bwrap": {"bwrap": "apt-get install bubblewrap", "setpriv": "apt-get install util-linux",
               "prlimit": "apt-get install util-linux"},
@@ -40,6 +42,36 @@ def missing_tools(flavour: str) -> list[str]:
     return [f"{t} ({hint})" for t, hint in REQUIRED_TOOLS[flavour].items() if shutil.which(t) is None]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(parent: str) -> list[str]:
+    """Remove sandbox directories whose owning process is gone (it was killed before its
+    finaliser ran: SIGKILL, OOM, a killed notebook kernel). Directories without an owner file
+    are left alone."""
+    removed = []
+    for name in os.listdir(parent):
+        path = os.path.join(parent, name)
+        if not name.startswith(PREFIX):
+            continue
+        try:
+            with open(os.path.join(path, OWNER_FILE)) as f:
+                pid = int(f.read())
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class LocalBackend(SandboxBackend):
     def __init__(self, flavour: str = "bwrap", base_dir: str | None = None, use_cgroups: bool = True):
         if flavour not in FLAVOURS:
@@ -49,7 +81,10 @@ class LocalBackend(SandboxBackend):
         if os.geteuid() != 0:
             raise SandboxUnavailableError(f"{flavour} sandbox must run as root (uid drop, cgroups)")
         self.name = flavour
-        self.base_dir = tempfile.mkdtemp(prefix="cj-sandbox-", dir=base_dir)  # 0700
+        sweep_orphans(base_dir or tempfile.gettempdir())
+        self.base_dir = tempfile.mkdtemp(prefix=PREFIX, dir=base_dir)  # 0700
+        with open(os.path.join(self.base_dir, OWNER_FILE), "w") as f:
+            f.write(str(os.getpid()))
         self.mount_point = os.path.join(self.base_dir, ".root")  # unshare builds its root here
         os.mkdir(self.mount_point)
         weakref.finalize(self, shutil.rmtree, self.base_dir, True)
