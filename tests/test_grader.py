@@ -143,6 +143,18 @@ def test_unknown_reward_mode(backend):
         grade(TASK, TASK.files, backend, GradeConfig(reward="best_of"))
 
 
+def test_grading_without_pytest_is_refused_not_scored_zero(backend, monkeypatch):
+    from composer_jax.grading import grader
+    grader.require_pytest.cache_clear()
+    real = grader.importlib.util.find_spec
+    monkeypatch.setattr(grader.importlib.util, "find_spec", lambda name: None if name == "pytest" else real(name))
+    with pytest.raises(RuntimeError, match="grading needs pytest"):
+        grade(TASK, {**TASK.files, "clampx.py": GOOD}, backend)
+    monkeypatch.undo()
+    grader.require_pytest.cache_clear()
+    assert grade(TASK, {**TASK.files, "clampx.py": GOOD}, backend).reward == 1.0
+
+
 def test_validate_task_accepts_a_good_task(backend):
     validate_task(TASK, {**TASK.files, "clampx.py": GOOD}, backend)
 

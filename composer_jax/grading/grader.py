@@ -8,6 +8,8 @@ only happens if the solution forces outcomes. A graded test missing from the rep
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import json
 import os
 import secrets
@@ -61,8 +63,18 @@ def _pytest_argv(files: list[str]) -> list[str]:
             "--no-header", *files]
 
 
+@functools.cache
+def require_pytest() -> None:
+    """The sandbox runs hidden tests with this interpreter's pytest; without it every test would
+    look failed (a silent zero reward), so refuse instead."""
+    if importlib.util.find_spec("pytest") is None:
+        raise RuntimeError("grading needs pytest in this Python environment (the sandbox runs hidden "
+                           "tests with it): pip install 'pytest>=8', or reinstall composer_jax")
+
+
 def grade(task: Task, submitted_files: Mapping[str, str | bytes], backend: SandboxBackend,
           config: GradeConfig = GradeConfig()) -> GradeResult:
+    require_pytest()
     if config.reward not in REWARD_MODES:
         raise ValueError(f"unknown reward mode {config.reward!r}; expected one of {REWARD_MODES}")
     files, notes = merge(task.files, submitted_files)
