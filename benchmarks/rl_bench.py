@@ -31,10 +31,11 @@ SYSTEM = "Tools: read_file(path), write_file(path, content), submit(). One tool 
 def bench_config(quick: bool):
     c = get_config("test")
     # dense 2-layer d_model 128: small enough for CPU, wide enough heads (32) to learn to copy
-    c.model.update(vocab_size=512, max_seq_len=1024, n_experts=0, first_dense_layers=2, d_model=128,
+    c.model.update(vocab_size=1024, max_seq_len=1024, n_experts=0, first_dense_layers=2, d_model=128,
                    head_dim=32, d_ff=512)
     c.mesh.data = 1
-    c.rl.update(system_prompt=SYSTEM, suite_options=dict(hops=2, filler_lines=1), env_max_turns=8,
+    # Word secrets: one token each, so what the policy must learn is to carry them across resets.
+    c.rl.update(system_prompt=SYSTEM, suite_options=dict(hops=2, filler_lines=1, secrets="words"), env_max_turns=8,
                 reward_mode="fraction",  # partial credit (key right, fragments wrong) gives RL a gradient
                 steps=4 if quick else 8, groups_per_step=4, group_size=6, row_len=512, minibatch_rows=8,
                 eval_tasks=8 if quick else 32, eval_every=1000, checkpoint_every=1000, max_sampling_rounds=1)
@@ -52,8 +53,11 @@ def train_tokenizer(c, path: pathlib.Path) -> None:
     from composer_jax.rl.train import env_factory, task_ids
     from environments.experts import run_plan
 
+    from environments.suites.longhorizon import FRAGMENT_WORDS, KEY_WORDS
+
     env = env_factory(c.rl)()
-    texts = [SUMMARIZE_INSTRUCTION, SYSTEM]
+    # Every secret word as it appears (in backticks, in quotes) so each is one token.
+    texts = [SUMMARIZE_INSTRUCTION, SYSTEM] + ["\n".join(f"`{w}` '{w}'" for w in KEY_WORDS + FRAGMENT_WORDS)] * 64
     for tid in task_ids(c.rl, "train")[:64]:
         texts.append(render_conversation(run_plan(env, task_id=tid).messages()))
     env.close()
@@ -212,13 +216,16 @@ def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks:
     pass rate against transcript length in windows."""
     from composer_jax.rl.learner import evaluate
 
-    filler = int(c.rl.suite_options["filler_lines"])
+    from environments.suites.longhorizon import task_id
+
+    opts = c.rl.suite_options
     run, out = _engine(c), {}
     for name, arm in arms.items():
         loop = _policy_loop(run, str(work / name / "checkpoints"), c.rl, arm.get("max_segments"))
         points = []
         for hops in hops_values:
-            ids = [f"longhorizon/h{hops}-f{filler}/validation-{i}" for i in range(tasks)]
+            ids = [task_id("validation", hops, int(opts["filler_lines"]), i, opts.get("secrets", "hex"))
+                   for i in range(tasks)]
             ev = evaluate(loop, ids, seed=int(c.seed) + 9_999)
             points.append(dict(hops=hops, pass_rate=ev["pass_rate"], ci95=[ev["ci95_low"], ev["ci95_high"]],
                                reward=ev["reward"], transcript_tokens=ev["transcript_tokens"],

@@ -208,6 +208,24 @@ def test_longhorizon_generation_is_deterministic_and_scales():
         suite.get("longhorizon/garbage")
 
 
+def test_longhorizon_word_secrets():
+    from composer_jax.grading import grade
+    from composer_jax.sandbox import get_backend
+    suite = make_suite("LongHorizon", hops=2, filler_lines=1, secrets="words")
+    ids = suite.task_ids("train")[:20]
+    assert ids[0] == "longhorizon/h2-f1-w/train-0"
+    tasks = [suite.get(i) for i in ids]
+    keys = [t.files["docs/start.md"].split("access key is `")[1].split("`")[0] for t in tasks]
+    assert set(keys) <= set(longhorizon.KEY_WORDS) and len(set(keys)) > 5  # drawn, not fixed
+    assert not set(longhorizon.KEY_WORDS + longhorizon.FRAGMENT_WORDS) & set(longhorizon.WORDS)
+    # The hex task of the same index is a different task; any suite serves both id styles.
+    assert make_suite("LongHorizon").get("longhorizon/h2-f1/train-0").files != tasks[0].files
+    reference = json.loads(tasks[0].metadata["reference_files"])
+    assert grade(tasks[0], {**tasks[0].files, **reference}, get_backend("bwrap")).reward == 1.0
+    with pytest.raises(ValueError, match="secrets"):
+        make_suite("LongHorizon", secrets="emoji")
+
+
 def test_cache_location_is_configurable(tmp_path, monkeypatch):
     from environments.suites import cache
 

@@ -6,8 +6,13 @@ text so that reading them all overflows a small context window. The final edit w
 and the fragments (in chain order) into `config.py`. A model that loses the key or a fragment
 at a summary/reset fails; `hops` and `filler_lines` set the difficulty.
 
-Tasks are generated from (split, hops, filler_lines, index), so they are deterministic, need no
-build, and train and validation never share a task.
+Tasks are generated from (split, hops, filler_lines, secrets, index), so they are deterministic,
+need no build, and train and validation never share a task. `secrets="hex"` (default) makes the
+key `K-` + 8 hex digits and each fragment 5 random letters: carrying them means copying ~20
+characters exactly. `secrets="words"` draws the key and fragments from two word lists disjoint
+from the filler (the key from 32 nouns, fragments from 32 colours): one token each for a word-level
+tokenizer, so the difficulty is in keeping them across resets, not in spelling them; ids of these
+tasks carry a `-w` suffix (`longhorizon/h2-f1-w/train-0`).
 """
 from __future__ import annotations
 
@@ -24,7 +29,20 @@ WORDS = (
     "schema route proxy socket thread signal kernel tensor vector matrix gradient optimizer "
     "sampler rollout reward policy segment summary context window budget trace metric"
 ).split()
-ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)/(train|validation)-(\d+)$")
+# No word starts like an English contraction ('s 't 'm 'd 're 've 'll): byte-level BPE
+# pre-tokenisers split those after a quote, so `'saddle'` would never be one token.
+KEY_WORDS = (
+    "falcon walnut harbor lantern badger glacier canyon orchard pepper quartz cactus hazel "
+    "violin whistle anchor beacon compass otter ember fossil garnet hammock island jasmine "
+    "kettle lagoon pebble nectar oyster parrot raven kayak"
+).split()
+FRAGMENT_WORDS = (
+    "amber azure beige cobalt coral crimson cyan ebony emerald fuchsia gold indigo ivory jade "
+    "khaki lavender lemon lilac apricot bronze cherry navy ochre olive peach plum rose ruby "
+    "copper orchid pewter umber"
+).split()
+SECRETS = ("hex", "words")
+ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)(-w)?/(train|validation)-(\d+)$")
 CONFIG_FILE = "config.py"
 CONFIG_TEMPLATE = (
     '"""Fill in from the notes: the access key from docs/start.md, and the fragments joined\n'
@@ -37,6 +55,7 @@ CONFIG_TEMPLATE = (
 class LongHorizonOptions:
     hops: int = 6  # notes after the start note, each a required read
     filler_lines: int = 30  # filler lines per note (file size)
+    secrets: str = "hex"  # hex | words (see the module docstring)
     train_size: int = 10_000
     validation_size: int = 200
 
@@ -45,6 +64,8 @@ class LongHorizonOptions:
             raise ValueError(f"hops={self.hops} must be in [1, 200]")
         if not 0 <= self.filler_lines <= 5000:
             raise ValueError(f"filler_lines={self.filler_lines} must be in [0, 5000]")
+        if self.secrets not in SECRETS:
+            raise ValueError(f"secrets={self.secrets!r} must be one of {SECRETS}")
         if self.train_size < 1 or self.validation_size < 1:
             raise ValueError("train_size and validation_size must be positive")
 
@@ -62,10 +83,18 @@ def _pad(rng: random.Random, filler_lines: int, key_lines: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_task(split: str, hops: int, filler_lines: int, index: int) -> Task:
-    rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/{index}")
-    key = "K-" + "".join(rng.choice("0123456789abcdef") for _ in range(8))
-    fragments = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5)) for _ in range(hops)]
+def task_id(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex") -> str:
+    return f"longhorizon/h{hops}-f{filler_lines}{'-w' if secrets == 'words' else ''}/{split}-{index}"
+
+
+def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex") -> Task:
+    if secrets == "hex":
+        rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/{index}")
+        key = "K-" + "".join(rng.choice("0123456789abcdef") for _ in range(8))
+        fragments = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5)) for _ in range(hops)]
+    else:
+        rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/{secrets}/{index}")
+        key, fragments = rng.choice(KEY_WORDS), [rng.choice(FRAGMENT_WORDS) for _ in range(hops)]
     names = rng.sample(range(1000, 10000), hops)
     chain = [f"docs/note_{n}.md" for n in names]
     files = {"docs/start.md": _pad(rng, filler_lines, [
@@ -86,7 +115,7 @@ def make_task(split: str, hops: int, filler_lines: int, index: int) -> Task:
         f"def test_fragments():\n    assert config.FRAGMENTS == {answer!r}\n"
     )
     return Task(
-        task_id=f"longhorizon/h{hops}-f{filler_lines}/{split}-{index}",
+        task_id=task_id(split, hops, filler_lines, index, secrets),
         suite="LongHorizon",
         prompt=(f"Complete {CONFIG_FILE}. Start by reading docs/start.md and follow the chain of "
                 f"notes to the last one ({hops} notes after the start). Set ACCESS_KEY to the key "
@@ -118,13 +147,14 @@ class LongHorizonSuite(TaskSuite):
     def task_ids(self, split: str) -> list[str]:
         check_split(split)
         o = self.options
-        return [f"longhorizon/h{o.hops}-f{o.filler_lines}/{split}-{i}" for i in range(self._size(split))]
+        return [task_id(split, o.hops, o.filler_lines, i, o.secrets) for i in range(self._size(split))]
 
     def get(self, task_id: str) -> Task:
         """Any well-formed id is valid, so one suite can serve tasks of other difficulties."""
         match = ID_PATTERN.match(task_id)
         if not match:
             raise self.unknown(task_id)
-        hops, filler, split, index = int(match[1]), int(match[2]), match[3], int(match[4])
-        LongHorizonOptions(hops=hops, filler_lines=filler)  # validates the ranges
-        return make_task(split, hops, filler, index)
+        hops, filler, split, index = int(match[1]), int(match[2]), match[4], int(match[5])
+        secrets = "words" if match[3] else "hex"
+        LongHorizonOptions(hops=hops, filler_lines=filler, secrets=secrets)  # validates the ranges
+        return make_task(split, hops, filler, index, secrets)
