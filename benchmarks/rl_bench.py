@@ -28,21 +28,23 @@ RESULT = pathlib.Path(__file__).parent / "results" / "rl_tiny.json"
 SYSTEM = "Tools: read_file(path), write_file(path, content), submit(). One tool call per turn."
 
 
-def bench_config(quick: bool):
+def bench_config(quick: bool, hops: int = 4, filler_lines: int = 6):
     c = get_config("test")
     # dense 2-layer d_model 128: small enough for CPU, wide enough heads (32) to learn to copy
     c.model.update(vocab_size=1024, max_seq_len=1024, n_experts=0, first_dense_layers=2, d_model=128,
                    head_dim=32, d_ff=512)
     c.mesh.data = 1
     # Word secrets: one token each, so what the policy must learn is to carry them across resets.
-    c.rl.update(system_prompt=SYSTEM, suite_options=dict(hops=2, filler_lines=1, secrets="words"), env_max_turns=8,
+    c.rl.update(system_prompt=SYSTEM, suite_options=dict(hops=hops, filler_lines=filler_lines, secrets="words"),
+                env_max_turns=hops + 6,
                 reward_mode="fraction",  # partial credit (key right, fragments wrong) gives RL a gradient
                 steps=4 if quick else 8, groups_per_step=4, group_size=6, row_len=512, minibatch_rows=8,
                 eval_tasks=8 if quick else 32, eval_every=1000, checkpoint_every=1000, max_sampling_rounds=1)
     c.rl.optim.update(lr=3e-4, steps=c.rl.steps)
     c.sft.update(demos=64 if quick else 768, batch_rows=8)
     c.sft.optim.update(steps=60 if quick else 2000, lr=3e-3, warmup_steps=50, min_lr_ratio=0.1)
-    c.rollout.update(window=512, summary_budget=64, turn_budget=72, max_segments=6, slots=24, max_turns=8,
+    # summarize_at 0.5: a read starts only with room for a whole note (~200 tokens) after it
+    c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, max_segments=8, slots=24, max_turns=hops + 6,
                      prefill_buckets=(64, 256), temperature=1.0)
     return c
 
@@ -104,12 +106,14 @@ def main(argv=None):
     p.add_argument("--sft_demos", type=int, default=0)
     p.add_argument("--sft_only", action="store_true", help="stop after SFT + its evaluation")
     p.add_argument("--rl_steps", type=int, default=0)
+    p.add_argument("--hops", type=int, default=4, help="LongHorizon notes after the start note")
+    p.add_argument("--filler", type=int, default=6, help="LongHorizon filler lines per note")
     p.add_argument("--notes", default="")
     p.add_argument("--out", default="", help="result path (default benchmarks/results/rl_tiny.json)")
     args = p.parse_args(argv)
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    c = bench_config(args.quick)
+    c = bench_config(args.quick, args.hops, args.filler)
     if args.sft_steps:
         c.sft.optim.steps = args.sft_steps
     if args.sft_lr:
@@ -145,7 +149,7 @@ def main(argv=None):
     extra = {}
     if "trained_summary" in results and not args.quick:
         print("length sweep", flush=True)
-        extra["length_sweep"] = length_sweep(c, work, arms, hops_values=(1, 2, 3, 4), tasks=16)
+        extra["length_sweep"] = length_sweep(c, work, arms, hops_values=(1, 2, 4, 6), tasks=16)
         print("bugfix", flush=True)
         extra["bugfix"] = suite_eval(c, work, "composer/BugFix-v0", tasks=16)
     write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra)
@@ -218,6 +222,8 @@ def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks:
 
     from environments.suites.longhorizon import task_id
 
+    c = copy.deepcopy(c)
+    c.rl.env_max_turns = c.rollout.max_turns = max(hops_values) + 6  # room for the longest chain
     opts = c.rl.suite_options
     run, out = _engine(c), {}
     for name, arm in arms.items():
