@@ -55,11 +55,12 @@ def train_tokenizer(c, path: pathlib.Path) -> None:
     from composer_jax.rl.train import env_factory, task_ids
     from environments.experts import run_plan
 
-    from environments.suites.longhorizon import FRAGMENT_WORDS, KEY_WORDS
+    from environments.suites.longhorizon import FRAGMENT_WORDS, KEY_WORDS, NOTE_WORDS
 
     env = env_factory(c.rl)()
     # Every secret word as it appears (in backticks, in quotes) so each is one token.
-    texts = [SUMMARIZE_INSTRUCTION, SYSTEM] + ["\n".join(f"`{w}` '{w}'" for w in KEY_WORDS + FRAGMENT_WORDS)] * 64
+    texts = [SUMMARIZE_INSTRUCTION, SYSTEM] + ["\n".join(
+        [f"`{w}` '{w}'" for w in KEY_WORDS + FRAGMENT_WORDS] + [f"docs/note_{w}.md" for w in NOTE_WORDS])] * 64
     for tid in task_ids(c.rl, "train")[:64]:
         texts.append(render_conversation(run_plan(env, task_id=tid).messages()))
     env.close()

@@ -217,7 +217,10 @@ def test_longhorizon_word_secrets():
     tasks = [suite.get(i) for i in ids]
     keys = [t.files["docs/start.md"].split("access key is `")[1].split("`")[0] for t in tasks]
     assert set(keys) <= set(longhorizon.KEY_WORDS) and len(set(keys)) > 5  # drawn, not fixed
-    assert not set(longhorizon.KEY_WORDS + longhorizon.FRAGMENT_WORDS) & set(longhorizon.WORDS)
+    lists = (longhorizon.KEY_WORDS, longhorizon.FRAGMENT_WORDS, longhorizon.NOTE_WORDS, longhorizon.WORDS)
+    assert len(set().union(*lists)) == sum(map(len, lists))  # disjoint
+    notes = [p[len("docs/note_"):-len(".md")] for t in tasks for p in t.files if p.startswith("docs/note_")]
+    assert len(notes) == 2 * len(tasks) and set(notes) <= set(longhorizon.NOTE_WORDS)
     # The hex task of the same index is a different task; any suite serves both id styles.
     assert make_suite("LongHorizon").get("longhorizon/h2-f1/train-0").files != tasks[0].files
     reference = json.loads(tasks[0].metadata["reference_files"])

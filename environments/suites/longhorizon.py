@@ -10,7 +10,7 @@ Tasks are generated from (split, hops, filler_lines, secrets, index), so they ar
 need no build, and train and validation never share a task. `secrets="hex"` (default) makes the
 key `K-` + 8 hex digits and each fragment 5 random letters: carrying them means copying ~20
 characters exactly. `secrets="words"` draws the key and fragments from two word lists disjoint
-from the filler (the key from 32 nouns, fragments from 32 colours): one token each for a word-level
+from the filler (the key from 32 nouns, fragments from 32 colours, note names from 32 trees): one token each for a word-level
 tokenizer, so the difficulty is in keeping them across resets, not in spelling them; ids of these
 tasks carry a `-w` suffix (`longhorizon/h2-f1-w/train-0`).
 """
@@ -41,6 +41,11 @@ FRAGMENT_WORDS = (
     "khaki lavender lemon lilac apricot bronze cherry navy ochre olive peach plum rose ruby "
     "copper orchid pewter umber"
 ).split()
+NOTE_WORDS = (
+    "alder birch cedar elm fir hickory juniper larch maple oak pine poplar rowan spruce willow yew "
+    "acacia aspen baobab cypress ginkgo hemlock laurel linden magnolia mangrove palm redwood "
+    "sequoia teak banyan chestnut"
+).split()
 SECRETS = ("hex", "words")
 ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)(-w)?/(train|validation)-(\d+)$")
 CONFIG_FILE = "config.py"
@@ -66,6 +71,8 @@ class LongHorizonOptions:
             raise ValueError(f"filler_lines={self.filler_lines} must be in [0, 5000]")
         if self.secrets not in SECRETS:
             raise ValueError(f"secrets={self.secrets!r} must be one of {SECRETS}")
+        if self.secrets == "words" and self.hops > len(NOTE_WORDS):
+            raise ValueError(f"secrets='words' names notes from {len(NOTE_WORDS)} words: hops={self.hops} is too many")
         if self.train_size < 1 or self.validation_size < 1:
             raise ValueError("train_size and validation_size must be positive")
 
@@ -92,10 +99,11 @@ def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str
         rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/{index}")
         key = "K-" + "".join(rng.choice("0123456789abcdef") for _ in range(8))
         fragments = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5)) for _ in range(hops)]
+        names = rng.sample(range(1000, 10000), hops)
     else:
         rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/{secrets}/{index}")
         key, fragments = rng.choice(KEY_WORDS), [rng.choice(FRAGMENT_WORDS) for _ in range(hops)]
-    names = rng.sample(range(1000, 10000), hops)
+        names = rng.sample(NOTE_WORDS, hops)
     chain = [f"docs/note_{n}.md" for n in names]
     files = {"docs/start.md": _pad(rng, filler_lines, [
         f"The access key is `{key}`. It is written nowhere else.", f"Next note: {chain[0]}"])}
