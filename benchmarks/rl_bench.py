@@ -102,6 +102,35 @@ def copy_warmup(c, out_dir: pathlib.Path, steps: int, n_seqs: int = 16384, log=p
                 final_mean_target_prob=history[-1]["mean_target_prob"])
 
 
+def copy_probe(c, checkpoints: str, seqs, n: int = 60) -> dict:
+    """Mean target probability of the policy on demonstration tokens by class: the secret words
+    it must copy from context (key, fragments, note names), digits, and everything else."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from composer_jax.rl.train import load_params
+    from environments.suites.longhorizon import FRAGMENT_WORDS, KEY_WORDS, NOTE_WORDS
+
+    run = _engine(c)
+    with jax.set_mesh(run.mesh):
+        model = nnx.merge(run.graphdef, load_params(c, checkpoints, run.model_cfg, run.mesh, run.tx))
+    tok = run.tokenizer
+    classes = {name: {ids[0] for w in words if len(ids := tok.encode(w)) == 1}
+               for name, words in (("key", KEY_WORDS), ("fragment", FRAGMENT_WORDS), ("note", NOTE_WORDS))}
+    classes["digits"] = {i for i in range(tok.vocab_size) if tok.decode([i]).strip().isdigit()}
+    probs: dict[str, list[float]] = {k: [] for k in (*classes, "other")}
+    for s in seqs[-n:]:
+        logits, _ = model(jnp.asarray(s.tokens[None], jnp.int32))
+        logp = jax.nn.log_softmax(logits[0, :-1], axis=-1)
+        target = np.asarray(s.tokens[1:])
+        p = np.exp(np.asarray(logp[np.arange(len(target)), target]))
+        for t, pt, m in zip(target, p, s.loss_mask[1:]):
+            if m:
+                probs[next((k for k, ids in classes.items() if t in ids), "other")].append(float(pt))
+    return {k: dict(tokens=len(v), mean_p=float(np.mean(v)) if v else None) for k, v in probs.items()}
+
+
 def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str = "", log=print) -> dict:
     """run_sft, except the demonstrations are cached (they cost more than the updates on CPU) and
     training may continue from an earlier SFT checkpoint (`init_from`)."""
@@ -177,6 +206,13 @@ def main(argv=None):
         sft_out["copy_warmup"] = warmup_out
         print("sft", sft_out, flush=True)
     sft_s = time.perf_counter() - t0
+    demos_pkl = work / f"demos_{int(c.sft.demos)}.pkl"
+    extra = {}
+    if demos_pkl.exists():
+        import pickle
+
+        extra["sft_copy_probe"] = copy_probe(c, str(sft_dir / "checkpoints"), pickle.loads(demos_pkl.read_bytes())[0])
+        print("sft copy probe", extra["sft_copy_probe"], flush=True)
     eval_ids = task_ids(c.rl, "validation")[:int(c.rl.eval_tasks)]
     if args.sft_only:
         from composer_jax.rl.learner import evaluate
@@ -189,8 +225,7 @@ def main(argv=None):
         return
     arms = {k: v for k, v in ARMS.items() if not args.only or k in args.only.split(",")}
     results = run_arms(c, work, eval_ids, arms,
-                       on_arm=lambda res: write_record(args, c, work, eval_ids, res, sft_out, sft_s))
-    extra = {}
+                       on_arm=lambda res: write_record(args, c, work, eval_ids, res, sft_out, sft_s, extra))
     if "trained_summary" in results and not args.quick:
         print("length sweep", flush=True)
         extra["length_sweep"] = length_sweep(c, work, arms, hops_values=(1, 2, 4, 6), tasks=16)
