@@ -237,7 +237,8 @@ def main(argv=None):
 ARMS = {
     "trained_summary": dict(train_summaries=True),
     "masked_summary": dict(train_summaries=False),
-    "no_summary": dict(train_summaries=True, max_segments=1),
+    # One context, all of it usable: the run ends when the window is full (no reset).
+    "no_summary": dict(train_summaries=True, max_segments=1, summarize_at=1.0),
 }
 
 
@@ -245,8 +246,9 @@ def arm_config(c, work: pathlib.Path, arm: dict):
     ca = copy.deepcopy(c)
     ca.rl.init_from = str(work / "sft" / "checkpoints")
     ca.rl.train_summaries = arm["train_summaries"]
-    if "max_segments" in arm:
-        ca.rollout.max_segments = arm["max_segments"]
+    for field in ("max_segments", "summarize_at"):
+        if field in arm:
+            ca.rollout[field] = arm[field]
     return ca
 
 
@@ -276,7 +278,7 @@ def _engine(c):
     return run
 
 
-def _policy_loop(run, checkpoints: str, env_cfg, max_segments: int | None = None):
+def _policy_loop(run, checkpoints: str, env_cfg, rollout_overrides: dict | None = None):
     """An agent loop over env_cfg's validation split, the engine running the params under
     `checkpoints` (same shapes: the engine's compiled programs are reused)."""
     import dataclasses
@@ -288,9 +290,7 @@ def _policy_loop(run, checkpoints: str, env_cfg, max_segments: int | None = None
 
     with jax.set_mesh(run.mesh):
         run.engine.set_params(load_params(run.config, checkpoints, run.model_cfg, run.mesh, run.tx))
-    rollout = run.engine.rollout
-    if max_segments is not None:
-        rollout = dataclasses.replace(rollout, max_segments=max_segments)
+    rollout = dataclasses.replace(run.engine.rollout, **(rollout_overrides or {}))
     return AgentLoop(run.engine, run.tokenizer, rollout, env_factory(env_cfg, "validation"))
 
 
@@ -306,7 +306,8 @@ def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks:
     opts = c.rl.suite_options
     run, out = _engine(c), {}
     for name, arm in arms.items():
-        loop = _policy_loop(run, str(work / name / "checkpoints"), c.rl, arm.get("max_segments"))
+        loop = _policy_loop(run, str(work / name / "checkpoints"), c.rl,
+                            {k: arm[k] for k in ("max_segments", "summarize_at") if k in arm})
         points = []
         for hops in hops_values:
             ids = [task_id("validation", hops, int(opts["filler_lines"]), i, opts.get("secrets", "hex"))

@@ -13,7 +13,7 @@ import zlib
 
 from composer_jax.grading.task import Task
 from environments.suites import cache, check_runner, mutations, sources
-from environments.suites.base import TaskSuite, check_split, split_of
+from environments.suites.base import TaskSuite, check_split, parse_python, split_of
 from environments.suites.check_runner import Check
 
 DOUBLE_MUTANTS_PER_FILE = 8
@@ -113,7 +113,7 @@ def load_records(cache_dir: str | None = None, workers: int | None = None) -> di
 
 def _function_at(source: str, line: int) -> str:
     """Qualified name of the innermost function containing `line`."""
-    best, stack = "the code", [(ast.parse(source), "")]
+    best, stack = "the code", [(parse_python(source), "")]
     while stack:
         node, prefix = stack.pop()
         for child in ast.iter_child_nodes(node):

@@ -12,6 +12,8 @@ import dataclasses
 import random
 from collections.abc import Iterator
 
+from environments.suites.base import parse_python
+
 COMPARE_FLIPS: dict[type, tuple[type, ...]] = {
     ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.Gt), ast.Gt: (ast.GtE, ast.Lt),
     ast.GtE: (ast.Gt, ast.Lt),
@@ -61,7 +63,7 @@ def double_mutants(source: str, singles: list[Mutant], limit: int, seed: int) ->
         edits = a.edits + b.edits
         text = apply_edits(source, edits)
         try:
-            ast.parse(text)
+            parse_python(text)
         except SyntaxError:
             continue
         out.append(Mutant(f"{a.operator}+{b.operator}", min(a.line, b.line), text, edits))
@@ -162,7 +164,7 @@ def _parents(tree: ast.AST) -> dict[int, ast.AST]:
 
 def _same_tree(source: str, expected_dump: str) -> bool:
     try:
-        return ast.dump(ast.parse(source)) == expected_dump
+        return ast.dump(parse_python(source)) == expected_dump
     except SyntaxError:
         return False
 
@@ -180,7 +182,7 @@ def _removable_statement(node: ast.AST, parent: ast.AST, lines: list[bytes]) -> 
 
 def mutants(source: str) -> list[Mutant]:
     """Every distinct single-point mutant of the function bodies in `source`."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     lines = source.encode("utf-8").splitlines(keepends=True)
     parents = _parents(tree)
     seen, found = {source}, []

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Mapping
 
+from environments.suites.base import parse_python
 from environments.suites.check_runner import CheckedTest
 
 REPOS_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repos_data")
@@ -63,7 +64,7 @@ def module_name(problem: Mapping[str, str]) -> str:
 def literal_call_args(test_code: str) -> str | None:
     """Source of the arguments of the first `candidate(...)` call in HumanEval's check whose
     arguments are all literals (so a tripwire can repeat the call outside `check`)."""
-    for node in ast.walk(ast.parse(test_code)):
+    for node in ast.walk(parse_python(test_code)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate" \
                 and not node.keywords:
             try:
@@ -134,7 +135,7 @@ def _test_calls(path: str, source: str) -> tuple[CheckedTest, ...]:
     module = path[:-3].replace("/", ".")
     return tuple(
         CheckedTest(f"{path}::{node.name}", module, node.name)
-        for node in ast.parse(source).body
+        for node in parse_python(source).body
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
     )
 
