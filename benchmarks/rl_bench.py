@@ -1,16 +1,20 @@
 """RL at tiny scale on CPU: does RL improve an SFT policy, and does training the summaries matter?
 
-    python -m benchmarks.rl_bench [--workdir runs/rl_bench] [--quick]
+    python -m benchmarks.rl_bench [--workdir runs/rl_bench] [--quick] [--hops 4 --filler 6]
 
-1. A 512-token BPE trained on expert transcripts (shorter sequences than bytes: faster on CPU).
-2. SFT of a test-sized MoE on scripted note-chain demonstrations (summaries included) of
-   LongHorizon tasks whose transcripts exceed the context window several times.
+1. A 1k BPE trained on expert transcripts, every secret word one token.
+2. A copy warm-up (`--copy_warmup` steps of repeated random spans), then SFT of a 2-layer dense
+   policy on scripted note-chain demonstrations (summaries included) of LongHorizon tasks with
+   word secrets whose transcripts are ~3.6 context windows; `copy_probe` records how well the
+   SFT policy copies each class of secret from its context.
 3. From that checkpoint, the same RL budget three ways:
      trained_summary  summary tokens trained with the episode's advantage
      masked_summary   summary tokens get no gradient
-     no_summary       rollout.max_segments = 1: a run ends when its context is full
+     no_summary       rollout.max_segments = 1: a run ends when its one context is full
    each evaluated on the same held-out validation tasks before and after.
-Writes benchmarks/results/rl_tiny.json.
+4. Each arm's final policy on tasks of 1-6 notes (pass rate vs transcript length), and the SFT
+   and RL policies on BugFix validation tasks.
+Writes benchmarks/results/rl_tiny.json (rewritten after every arm).
 """
 from __future__ import annotations
 
