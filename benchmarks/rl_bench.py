@@ -197,7 +197,7 @@ def main(argv=None):
         train_tokenizer(c, tok_path)
     c.rl.tokenizer = str(tok_path)
     t0 = time.perf_counter()
-    sft_dir = work / "sft"
+    sft_dir, demos_pkl = work / "sft", work / f"demos_{int(c.sft.demos)}.pkl"
     sft_out = None
     warmup_out, init_from = None, args.sft_from
     if args.copy_warmup and not args.sft_from:
@@ -206,11 +206,10 @@ def main(argv=None):
             warmup_out = copy_warmup(c, work / "copy_warmup", args.copy_warmup)
             print("copy warm-up", warmup_out, flush=True)
     if not (sft_dir / "checkpoints").exists():
-        sft_out = sft_phase(c, sft_dir, work / f"demos_{int(c.sft.demos)}.pkl", init_from=init_from)
+        sft_out = sft_phase(c, sft_dir, demos_pkl, init_from=init_from)
         sft_out["copy_warmup"] = warmup_out
         print("sft", sft_out, flush=True)
     sft_s = time.perf_counter() - t0
-    demos_pkl = work / f"demos_{int(c.sft.demos)}.pkl"
     extra = {}
     if demos_pkl.exists():
         import pickle
@@ -242,7 +241,7 @@ ARMS = {
     "trained_summary": dict(train_summaries=True),
     "masked_summary": dict(train_summaries=False),
     # One context, all of it usable: the run ends when the window is full (no reset).
-    "no_summary": dict(train_summaries=True, max_segments=1, summarize_at=1.0),
+    "no_summary": dict(train_summaries=True, rollout=dict(max_segments=1, summarize_at=1.0)),
 }
 
 
@@ -250,9 +249,7 @@ def arm_config(c, work: pathlib.Path, arm: dict):
     ca = copy.deepcopy(c)
     ca.rl.init_from = str(work / "sft" / "checkpoints")
     ca.rl.train_summaries = arm["train_summaries"]
-    for field in ("max_segments", "summarize_at"):
-        if field in arm:
-            ca.rollout[field] = arm[field]
+    ca.rollout.update(arm.get("rollout", {}))
     return ca
 
 
@@ -310,8 +307,7 @@ def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks:
     opts = c.rl.suite_options
     run, out = _engine(c), {}
     for name, arm in arms.items():
-        loop = _policy_loop(run, str(work / name / "checkpoints"), c.rl,
-                            {k: arm[k] for k in ("max_segments", "summarize_at") if k in arm})
+        loop = _policy_loop(run, str(work / name / "checkpoints"), c.rl, arm.get("rollout"))
         points = []
         for hops in hops_values:
             ids = [task_id("validation", hops, int(opts["filler_lines"]), i, opts.get("secrets", "hex"))

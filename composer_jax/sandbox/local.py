@@ -48,7 +48,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # alive, owned by another user
     return True
 
 
