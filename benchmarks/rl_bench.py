@@ -1,18 +1,19 @@
 """RL at tiny scale on CPU: does RL improve an SFT policy, and does training the summaries matter?
 
-    python -m benchmarks.rl_bench [--workdir runs/rl_bench] [--quick] [--hops 4 --filler 6]
+    python -m benchmarks.rl_bench [--workdir runs/rl_bench] [--quick] [--hops 5 --sft_hops 4 --filler 6]
 
 1. A 1k BPE trained on expert transcripts, every secret word one token.
 2. A copy warm-up (`--copy_warmup` steps of repeated random spans), then SFT of a 2-layer dense
-   policy on scripted note-chain demonstrations (summaries included) of LongHorizon tasks with
-   word secrets whose transcripts are ~3.6 context windows; `copy_probe` records how well the
-   SFT policy copies each class of secret from its context.
-3. From that checkpoint, the same RL budget three ways:
+   policy with token shift on scripted note-chain demonstrations (summaries included) of
+   `--sft_hops`-note LongHorizon tasks with word secrets; `copy_probe` records how well the SFT
+   policy copies each class of secret from its context.
+3. From that checkpoint, the same RL budget three ways on `--hops`-note tasks (one more note than
+   the demonstrations: the SFT policy's summaries keep only as many fragments as it was shown):
      trained_summary  summary tokens trained with the episode's advantage
      masked_summary   summary tokens get no gradient
      no_summary       rollout.max_segments = 1: a run ends when its one context is full
    each evaluated on the same held-out validation tasks before and after.
-4. Each arm's final policy on tasks of 1-6 notes (pass rate vs transcript length), and the SFT
+4. Each arm's final policy on tasks of 2-8 notes (pass rate vs transcript length), and the SFT
    and RL policies on BugFix validation tasks.
 Writes benchmarks/results/rl_tiny.json (rewritten after every arm).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import pathlib
 import time
 
@@ -34,21 +36,26 @@ SYSTEM = "Tools: read_file(path), write_file(path, content), submit(). One tool 
 
 def bench_config(quick: bool, hops: int = 4, filler_lines: int = 6):
     c = get_config("test")
-    # dense 2-layer d_model 128: small enough for CPU, wide enough heads (32) to learn to copy
+    # Dense 2-layer d_model 128 with token shift over 9 previous tokens: keys then see the
+    # "Fragment 2 of 4: `" that precedes a word (5 tokens) and the word that ends the previous
+    # summary line (9), so one attention layer can copy the right word. Without it the policy
+    # stayed at chance on every secret it had to copy; with 1 previous token it copied the key
+    # but mixed up fragments (README, RL).
     c.model.update(vocab_size=1024, max_seq_len=1024, n_experts=0, first_dense_layers=2, d_model=128,
-                   head_dim=32, d_ff=512)
+                   head_dim=32, d_ff=512, token_shift=9)
     c.mesh.data = 1
     # Word secrets: one token each, so what the policy must learn is to carry them across resets.
     c.rl.update(system_prompt=SYSTEM, suite_options=dict(hops=hops, filler_lines=filler_lines, secrets="words"),
                 env_max_turns=hops + 6,
                 reward_mode="fraction",  # partial credit (key right, fragments wrong) gives RL a gradient
-                steps=4 if quick else 8, groups_per_step=4, group_size=6, row_len=512, minibatch_rows=8,
+                steps=4 if quick else 30, groups_per_step=4, group_size=6, row_len=512, minibatch_rows=32,
                 eval_tasks=8 if quick else 32, eval_every=1000, checkpoint_every=1000, max_sampling_rounds=1)
-    c.rl.optim.update(lr=3e-4, steps=c.rl.steps)
+    c.rl.optim.update(lr=1e-4, steps=c.rl.steps)
     c.sft.update(demos=64 if quick else 768, batch_rows=8)
-    c.sft.optim.update(steps=60 if quick else 2000, lr=3e-3, warmup_steps=50, min_lr_ratio=0.1)
+    c.sft.optim.update(steps=60 if quick else 200, lr=3e-3, warmup_steps=50, min_lr_ratio=0.1)
     # summarize_at 0.5: a read starts only with room for a whole note (~200 tokens) after it
-    c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, max_segments=8, slots=24, max_turns=hops + 6,
+    c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, max_segments=hops + 4, slots=24,
+                     max_turns=hops + 6,
                      prefill_buckets=(64, 256), temperature=1.0)
     return c
 
@@ -174,47 +181,57 @@ def main(argv=None):
     p.add_argument("--sft_lr", type=float, default=0.0)
     p.add_argument("--sft_demos", type=int, default=0)
     p.add_argument("--sft_only", action="store_true", help="stop after SFT + its evaluation")
-    p.add_argument("--copy_warmup", type=int, default=600, help="induction warm-up steps before SFT (0: none)")
+    p.add_argument("--copy_warmup", type=int, default=300, help="induction warm-up steps before SFT (0: none)")
     p.add_argument("--rl_steps", type=int, default=0)
-    p.add_argument("--hops", type=int, default=4, help="LongHorizon notes after the start note")
+    p.add_argument("--rl_lr", type=float, default=0.0)
+    p.add_argument("--hops", type=int, default=4, help="LongHorizon notes after the start note (RL and evaluation)")
+    p.add_argument("--sft_hops", type=int, default=4, help="notes in the SFT demonstrations' tasks")
     p.add_argument("--filler", type=int, default=6, help="LongHorizon filler lines per note")
     p.add_argument("--notes", default="")
     p.add_argument("--out", default="", help="result path (default benchmarks/results/rl_tiny.json)")
     args = p.parse_args(argv)
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    c = bench_config(args.quick, args.hops, args.filler)
+    # Demonstrations (and the tokenizer) from sft_hops-note tasks; RL and evaluation on hops-note
+    # tasks: the summaries the SFT policy writes must be improved to carry the extra fragments.
+    cs, c = bench_config(args.quick, args.sft_hops, args.filler), bench_config(args.quick, args.hops, args.filler)
     if args.sft_steps:
-        c.sft.optim.steps = args.sft_steps
+        cs.sft.optim.steps = c.sft.optim.steps = args.sft_steps
     if args.sft_lr:
-        c.sft.optim.lr = args.sft_lr
+        cs.sft.optim.lr = c.sft.optim.lr = args.sft_lr
     if args.sft_demos:
-        c.sft.demos = args.sft_demos
+        cs.sft.demos = c.sft.demos = args.sft_demos
     if args.rl_steps:
         c.rl.steps = c.rl.optim.steps = args.rl_steps
+    if args.rl_lr:
+        c.rl.optim.lr = args.rl_lr
     tok_path = work / "tokenizer.json"
     if not tok_path.exists():
-        train_tokenizer(c, tok_path)
-    c.rl.tokenizer = str(tok_path)
+        train_tokenizer(cs, tok_path)
+    cs.rl.tokenizer = c.rl.tokenizer = str(tok_path)
     t0 = time.perf_counter()
-    sft_dir, demos_pkl = work / "sft", work / f"demos_{int(c.sft.demos)}.pkl"
+    sft_dir, demos_pkl = work / "sft", work / f"demos_{int(cs.sft.demos)}.pkl"
     sft_out = None
     warmup_out, init_from = None, args.sft_from
     if args.copy_warmup and not args.sft_from:
         init_from = str(work / "copy_warmup" / "checkpoints")
         if not (work / "copy_warmup" / "checkpoints").exists():
-            warmup_out = copy_warmup(c, work / "copy_warmup", args.copy_warmup)
+            warmup_out = copy_warmup(cs, work / "copy_warmup", args.copy_warmup)
             print("copy warm-up", warmup_out, flush=True)
+    sft_record = sft_dir / "sft.json"  # kept beside the checkpoint: later runs reuse both
     if not (sft_dir / "checkpoints").exists():
-        sft_out = sft_phase(c, sft_dir, demos_pkl, init_from=init_from)
+        sft_out = sft_phase(cs, sft_dir, demos_pkl, init_from=init_from)
         sft_out["copy_warmup"] = warmup_out
+        sft_record.write_text(json.dumps(sft_out, indent=1))
         print("sft", sft_out, flush=True)
+    elif sft_record.exists():
+        sft_out = json.loads(sft_record.read_text())
     sft_s = time.perf_counter() - t0
     extra = {}
     if demos_pkl.exists():
         import pickle
 
-        extra["sft_copy_probe"] = copy_probe(c, str(sft_dir / "checkpoints"), pickle.loads(demos_pkl.read_bytes())[0])
+        extra["sft_copy_probe"] = copy_probe(cs, str(sft_dir / "checkpoints"), pickle.loads(demos_pkl.read_bytes())[0])
         print("sft copy probe", extra["sft_copy_probe"], flush=True)
     eval_ids = task_ids(c.rl, "validation")[:int(c.rl.eval_tasks)]
     if args.sft_only:
@@ -231,7 +248,7 @@ def main(argv=None):
                        on_arm=lambda res: write_record(args, c, work, eval_ids, res, sft_out, sft_s, extra))
     if "trained_summary" in results and not args.quick:
         print("length sweep", flush=True)
-        extra["length_sweep"] = length_sweep(c, work, arms, hops_values=(1, 2, 4, 6), tasks=16)
+        extra["length_sweep"] = length_sweep(c, work, arms, hops_values=(2, 4, 6, 8), tasks=16)
         print("bugfix", flush=True)
         extra["bugfix"] = suite_eval(c, work, "composer/BugFix-v0", tasks=16)
     write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra)
@@ -304,6 +321,7 @@ def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks:
 
     c = copy.deepcopy(c)
     c.rl.env_max_turns = c.rollout.max_turns = max(hops_values) + 6  # room for the longest chain
+    c.rollout.max_segments = max(hops_values) + 4
     opts = c.rl.suite_options
     run, out = _engine(c), {}
     for name, arm in arms.items():
@@ -342,8 +360,6 @@ def suite_eval(c, work: pathlib.Path, env_id: str, tasks: int = 16) -> dict:
 
 
 def train_log(workdir: pathlib.Path) -> list[dict]:
-    import json
-
     keys = ("step", "reward", "pass_rate", "usable_groups", "segments_per_episode", "summary_len", "rollout_s",
             "learn_s", "step_s")
     path = workdir / "metrics.jsonl"

@@ -62,8 +62,10 @@ def test_capacity_mask_serves_first_choices_first():
     np.testing.assert_array_equal(keep, [[True, True], [True, True], [False, True]])
 
 
-def test_packed_rows_never_attend_across_documents():
-    cfg = small_cfg()
+@pytest.mark.parametrize("token_shift", [0, 3])
+def test_packed_rows_never_attend_across_documents(token_shift):
+    """Also: token shift never reads the previous document's last token."""
+    cfg = small_cfg(token_shift=token_shift)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     doc_a, doc_b = tokens((1, 10), cfg.vocab_size, 1), tokens((1, 14), cfg.vocab_size, 2)
     packed = jnp.concatenate([doc_a, doc_b], axis=1)
@@ -77,7 +79,8 @@ def test_packed_rows_never_attend_across_documents():
 
 
 @pytest.mark.parametrize("variant", [dict(), dict(n_experts=0, first_dense_layers=2, qkv_bias=True,
-                                                 tie_embeddings=False, rope_base=1e6)])
+                                                 tie_embeddings=False, rope_base=1e6),
+                                     dict(token_shift=3)])
 def test_kv_cache_decoding_equals_full_forward(variant):
     """Rows of different prompt lengths: prefill (padded), then one-token decode steps."""
     cfg = small_cfg(**variant)

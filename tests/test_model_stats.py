@@ -21,6 +21,10 @@ def test_counts_match_a_materialised_model():
     per_expert = 3 * cfg.d_model * cfg.d_ff_expert
     assert stats.total_params - stats.active_params_per_token == (
         cfg.n_moe_layers * (cfg.n_experts - cfg.top_k) * per_expert)
+    # Token-shift tables are lookups: parameters, no matmul FLOPs.
+    shifted = model_stats(ModelConfig.from_config({**get_config("test").model, "token_shift": 2}), seq_len=64)
+    assert shifted.total_params - stats.total_params == 2 * cfg.vocab_size * cfg.d_model
+    assert shifted.flops_per_token_forward == stats.flops_per_token_forward
 
 
 def test_kimi_config_matches_published_scale_without_materialising():

@@ -64,6 +64,29 @@ def test_recorded_logprobs_equal_a_full_forward(engine, model):
     assert gen[2].experts.shape == (12, model.cfg.n_moe_layers, model.cfg.top_k)
 
 
+def test_token_shift_engine_scores_like_a_full_forward():
+    """With token shift the cache carries each slot's newest token: decode, forced chunks and a
+    reset (whose first token has no predecessor) all score as the learner's forward pass."""
+    cfg = ModelConfig.from_config({**load_config("configs/tiny.py:test").model, "token_shift": 2})
+    model = Transformer(cfg, rngs=nnx.Rngs(3))
+    engine = RolloutEngine(*nnx.split(model), cfg, ROLLOUT, valid_vocab=VALID)
+    engine.start([0, 1], [jax.random.key(0), jax.random.key(1)])
+    prompts = [prompt(6, 10), prompt(21, 11)]
+    engine.append([0, 1], prompts)
+    gen = engine.generate([0, 1], [9, 9], [[], []])
+    forced = prompt(13, 12)
+    scored = engine.append([0], [forced])[0]
+    stream = prompts[0] + gen[0].tokens.tolist() + forced
+    np.testing.assert_allclose(gen[1].logp, full_logp(model, prompts[1] + gen[1].tokens.tolist(),
+                                                      ROLLOUT.temperature)[len(prompts[1]) - 1:], atol=2e-5, rtol=0)
+    np.testing.assert_allclose(scored.logp, full_logp(model, stream, ROLLOUT.temperature)[-len(forced):],
+                               atol=2e-5, rtol=0)
+    engine.clear([0])
+    engine.append([0], [prompts[1]])  # slot 0's stale newest token must not leak into the new context
+    np.testing.assert_allclose(np.asarray(engine.state.next_logits_sv)[0],
+                               np.asarray(model(jnp.asarray([prompts[1]]))[0][0, -1]), atol=1e-5, rtol=0)
+
+
 def test_recorded_expert_choices_replay_the_sampler(engine, model):
     """Every token's recorded experts are the ones a full forward picks; forcing them
     (routing replay) reproduces the sampler's log-probs."""

@@ -225,6 +225,14 @@ def test_longhorizon_word_secrets():
     assert make_suite("LongHorizon").get("longhorizon/h2-f1/train-0").files != tasks[0].files
     reference = json.loads(tasks[0].metadata["reference_files"])
     assert grade(tasks[0], {**tasks[0].files, **reference}, get_backend("bwrap")).reward == 1.0
+    # Partial credit counts the facts carried: key and fragment 1 right, fragment 2 wrong.
+    fragments = reference["config.py"].split("FRAGMENTS = ")[1].strip().strip("'").split("-")
+    wrong = next(w for w in longhorizon.FRAGMENT_WORDS if w != fragments[1])
+    partial = reference["config.py"].replace("-".join(fragments), f"{fragments[0]}-{wrong}")
+    res = grade(tasks[0], {**tasks[0].files, "config.py": partial}, get_backend("bwrap"))
+    assert res.tests == {"test_hidden.py::test_access_key": True, "test_hidden.py::test_fragments": False,
+                         "test_hidden.py::test_fragment_1": True, "test_hidden.py::test_fragment_2": False}
+    assert res.reward == 0.5 and res.passed == 2 and res.total == 4
     with pytest.raises(ValueError, match="secrets"):
         make_suite("LongHorizon", secrets="emoji")
 

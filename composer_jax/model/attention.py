@@ -20,6 +20,7 @@ class KVCache(struct.PyTreeNode):
     k_bksh: tuple[jax.Array, ...]
     v_bksh: tuple[jax.Array, ...]
     lengths_b: jax.Array  # int32 [batch]: tokens already in the cache per row
+    recent_tokens_bk: jax.Array  # int32 [batch, max(token_shift, 1)]: newest tokens, last = newest
 
     @property
     def max_len(self) -> int:
@@ -36,7 +37,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32) ->
         k_shape = v_shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
     k = tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.n_layers))
     v = tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.n_layers))
-    return KVCache(k, v, jnp.zeros((batch,), jnp.int32))
+    return KVCache(k, v, jnp.zeros((batch,), jnp.int32), jnp.zeros((batch, max(cfg.token_shift, 1)), jnp.int32))
 
 
 def attend(q_btnh, k_bksh, v_bksh, mask_bts) -> jax.Array:

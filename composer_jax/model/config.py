@@ -23,6 +23,10 @@ class ModelConfig:
     norm_eps: float = 1e-6
     max_seq_len: int = 2048
     dtype: str = "float32"  # compute dtype; parameters stay float32
+    # Token shift: add learned embeddings of the `token_shift` previous tokens (same sequence)
+    # to each input, so one attention layer can match "the token after an earlier copy of this
+    # context" (induction) without first building previous-token heads. 0 = off.
+    token_shift: int = 0
     # Mixture of experts: n_experts == 0 means a dense model.
     n_experts: int = 0
     top_k: int = 0
@@ -84,6 +88,8 @@ class ModelConfig:
             fail("head_dim", "must be even (rotary embeddings rotate pairs)")
         if self.rope_base <= 1:
             fail("rope_base", "must be > 1")
+        if not isinstance(self.token_shift, int) or self.token_shift < 0:
+            fail("token_shift", "must be an integer >= 0 (previous tokens embedded; 0 = off)")
         if self.dtype not in ("float32", "bfloat16"):
             fail("dtype", "must be 'float32' or 'bfloat16'")
         if self.remat not in ("none", "full", "save_dots_except_mlp"):

@@ -34,10 +34,11 @@ def model_stats(cfg: ModelConfig, seq_len: int) -> ModelStats:
     total = count_params(cfg)
     per_expert = 3 * cfg.d_model * cfg.d_ff_expert
     inactive = cfg.n_moe_layers * (cfg.n_experts - cfg.top_k) * per_expert
-    embedding = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
+    shift_tables = cfg.token_shift * cfg.vocab_size * cfg.d_model
+    embedding = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2) + shift_tables
     active = total - inactive
-    # The input embedding is a lookup, not a matmul; the output projection is a matmul.
-    matmul_active = active - cfg.vocab_size * cfg.d_model * (0 if cfg.tie_embeddings else 1)
+    # Input embeddings (token-shift tables too) are lookups, not matmuls; the output projection is a matmul.
+    matmul_active = active - cfg.vocab_size * cfg.d_model * (0 if cfg.tie_embeddings else 1) - shift_tables
     # Causal attention: QK^T and AV, 2 FLOPs per MAC, half the score matrix.
     # MLA: scores over qk_nope + qk_rope dims, values over v_head_dim.
     qk_dim, v_dim = ((cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim)

@@ -64,6 +64,9 @@ class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed_vd = param(rngs, (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), std=0.02)
+        if cfg.token_shift:
+            self.shift_embed_kvd = param(rngs, (cfg.token_shift, cfg.vocab_size, cfg.d_model),
+                                         (None, "vocab", "embed"), std=0.02)
         self.layers = nnx.List([Block(cfg, i, rngs) for i in range(cfg.n_layers)])
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         if not cfg.tie_embeddings:
@@ -74,9 +77,14 @@ class Transformer(nnx.Module):
     def dtype(self):
         return jnp.dtype(self.cfg.dtype)
 
-    def embed(self, tokens_bt):
-        x = jnp.take(self.embed_vd[...], tokens_bt, axis=0).astype(self.dtype)
-        return constrain(x, ("batch", "length", "act_embed"))
+    def embed(self, tokens_bt, prev_tokens_kbt=None, has_prev_kbt=None):
+        """Token embeddings; with token shift, plus a learned embedding of each of the
+        `token_shift` previous tokens (k + 1 back in row k) where the sequence has one."""
+        x = jnp.take(self.embed_vd[...], tokens_bt, axis=0)
+        for k in range(self.cfg.token_shift):
+            prev = jnp.take(self.shift_embed_kvd[k], prev_tokens_kbt[k], axis=0)
+            x = x + jnp.where(has_prev_kbt[k][..., None], prev, 0.0)
+        return constrain(x.astype(self.dtype), ("batch", "length", "act_embed"))
 
     def logits(self, x_btd) -> jax.Array:
         x_btd = self.final_norm(x_btd)
@@ -98,7 +106,10 @@ class Transformer(nnx.Module):
             positions_bt = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         if segment_ids_bt is None:
             segment_ids_bt = jnp.ones((b, t), jnp.int32)
-        x = self.embed(tokens_bt)
+        back = lambda a, k, fill: jnp.pad(a, ((0, 0), (k, 0)), constant_values=fill)[:, :t]
+        shifts = range(1, self.cfg.token_shift + 1)
+        x = self.embed(tokens_bt, [back(tokens_bt, k, 0) for k in shifts],
+                       [back(segment_ids_bt, k, -1) == segment_ids_bt for k in shifts])
         policy = REMAT_POLICIES[self.cfg.remat]
         routings, moe_index = [], 0
         for block in self.layers:
@@ -121,7 +132,13 @@ class Transformer(nnx.Module):
         """
         b, t = tokens_bt.shape
         n_new_b = jnp.full((b,), t, jnp.int32) if n_new_b is None else n_new_b
-        x = self.embed(tokens_bt)
+        # The row's stream: its cached newest tokens, then the new ones.
+        stream_bn = jnp.concatenate([cache.recent_tokens_bk, tokens_bt], axis=1)
+        r = cache.recent_tokens_bk.shape[1]
+        index_bt = cache.lengths_b[:, None] + jnp.arange(t)[None]
+        shifts = range(1, self.cfg.token_shift + 1)
+        x = self.embed(tokens_bt, [stream_bn[:, r - k:r - k + t] for k in shifts],
+                       [index_bt >= k for k in shifts])
         new_k, new_v, routings, moe_index = [], [], [], 0
         for i, block in enumerate(self.layers):
             forced = self._moe_slice(forced_expert_lbtk, moe_index) if isinstance(block.ffn, MoE) else None
@@ -131,5 +148,6 @@ class Transformer(nnx.Module):
             if routing is not None:
                 routings.append(routing)
                 moe_index += 1
-        cache = KVCache(tuple(new_k), tuple(new_v), cache.lengths_b + n_new_b)
+        recent_bk = jax.vmap(lambda row, n: jax.lax.dynamic_slice(row, (n,), (r,)))(stream_bn, n_new_b)
+        cache = KVCache(tuple(new_k), tuple(new_v), cache.lengths_b + n_new_b, recent_bk)
         return self.logits(x), cache, collect_aux(routings)

@@ -94,7 +94,7 @@ def prefill(model, state: EngineState, slots_p, tokens_pt, n_p, temperature):
     rows_p = jnp.minimum(slots_p, state.slots - 1)  # padding rows compute on a copy, then drop
     cache = state.cache
     sub = KVCache(tuple(k[rows_p] for k in cache.k_bksh), tuple(v[rows_p] for v in cache.v_bksh),
-                  cache.lengths_b[rows_p])
+                  cache.lengths_b[rows_p], cache.recent_tokens_bk[rows_p])
     logits_ptv, sub, aux = model.extend(tokens_pt, sub, n_new_b=n_p)
     prev_next_pv = state.next_logits_sv[rows_p]
     predictors_ptv = jnp.concatenate([prev_next_pv[:, None], logits_ptv[:, :-1]], axis=1)
@@ -107,7 +107,7 @@ def prefill(model, state: EngineState, slots_p, tokens_pt, n_p, temperature):
 
     cache = KVCache(tuple(put(f, s) for f, s in zip(cache.k_bksh, sub.k_bksh)),
                     tuple(put(f, s) for f, s in zip(cache.v_bksh, sub.v_bksh)),
-                    put(cache.lengths_b, sub.lengths_b))
+                    put(cache.lengths_b, sub.lengths_b), put(cache.recent_tokens_bk, sub.recent_tokens_bk))
     state = state.replace(cache=cache, next_logits_sv=put(state.next_logits_sv, next_pv))
     return state, logp_pt, _experts(aux, model.cfg, p, t)
 

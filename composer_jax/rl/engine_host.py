@@ -59,7 +59,7 @@ def state_shardings(state: engine.EngineState, mesh: jax.sharding.Mesh) -> engin
     kv = spec("cache_batch", "cache_kv_heads", "cache_length", None)
     layers = len(state.cache.k_bksh)
     return engine.EngineState(
-        cache=KVCache((kv,) * layers, (kv,) * layers, spec("cache_batch")),
+        cache=KVCache((kv,) * layers, (kv,) * layers, spec("cache_batch"), spec("cache_batch", None)),
         next_logits_sv=spec("cache_batch", None), keys_sk=spec("cache_batch", None),
         steps_s=spec("cache_batch"))
 

@@ -117,11 +117,13 @@ def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str
         "    assert isinstance(config.FRAGMENTS, str) and config.FRAGMENTS\n"
     )
     answer = "-".join(fragments)
-    hidden = (
-        "import config\n\n\n"
-        f"def test_access_key():\n    assert config.ACCESS_KEY == {key!r}\n\n\n"
-        f"def test_fragments():\n    assert config.FRAGMENTS == {answer!r}\n"
-    )
+    # One test per fact carried (key, each fragment in place) besides the exact answer, so a
+    # "fraction" reward counts how much of the chain survived the resets.
+    hidden = "import config\n\n\n" + "\n\n".join([
+        f"def test_access_key():\n    assert config.ACCESS_KEY == {key!r}\n",
+        f"def test_fragments():\n    assert config.FRAGMENTS == {answer!r}\n",
+        *(f"def test_fragment_{i + 1}():\n    assert str(config.FRAGMENTS).split('-')[{i}:{i + 1}] == [{f!r}]\n"
+          for i, f in enumerate(fragments))])
     return Task(
         task_id=task_id(split, hops, filler_lines, index, secrets),
         suite="LongHorizon",
@@ -131,7 +133,8 @@ def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str
                 "Hidden tests check both values."),
         files=files,
         hidden_tests={"test_hidden.py": hidden},
-        graded_tests=("test_hidden.py::test_access_key", "test_hidden.py::test_fragments"),
+        graded_tests=("test_hidden.py::test_access_key", "test_hidden.py::test_fragments",
+                      *(f"test_hidden.py::test_fragment_{i + 1}" for i in range(hops))),
         metadata={
             "source_id": f"longhorizon-{split}-{index}",
             "read_order": json.dumps(["docs/start.md", *chain]),
