@@ -10,7 +10,7 @@ from configs.tiny import get_config
 from composer_jax.errors import ConfigError
 from composer_jax.model import ModelConfig, RouterBias, Transformer, init_cache
 from composer_jax.model.moe import bias_update, capacity_keep_mask
-from composer_jax.sharding import RULES, check_divisibility, logical_to_spec, make_mesh
+from composer_jax.sharding import check_divisibility, make_mesh
 
 
 def small_cfg(**overrides) -> ModelConfig:
