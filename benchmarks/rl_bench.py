@@ -1,14 +1,14 @@
 """RL at tiny scale on CPU: does RL improve an SFT policy, and does training the summaries matter?
 
-    python -m benchmarks.rl_bench [--workdir runs/rl_bench] [--quick] [--hops 5 --sft_hops 4 --filler 6]
+    python -m benchmarks.rl_bench [--workdir runs/rl_bench] [--quick] [--hops 4 --sft_hops 4 --filler 6]
 
 1. A 1k BPE trained on expert transcripts, every secret word one token.
 2. A copy warm-up (`--copy_warmup` steps of repeated random spans), then SFT of a 2-layer dense
    policy with token shift on scripted note-chain demonstrations (summaries included) of
    `--sft_hops`-note LongHorizon tasks with word secrets; `copy_probe` records how well the SFT
    policy copies each class of secret from its context.
-3. From that checkpoint, the same RL budget three ways on `--hops`-note tasks (one more note than
-   the demonstrations: the SFT policy's summaries keep only as many fragments as it was shown):
+3. From that checkpoint, the same RL budget three ways on `--hops`-note tasks (`--hops` above
+   `--sft_hops` asks RL to extend summaries to more fragments than the demonstrations showed):
      trained_summary  summary tokens trained with the episode's advantage
      masked_summary   summary tokens get no gradient
      no_summary       rollout.max_segments = 1: a run ends when its one context is full
@@ -184,6 +184,8 @@ def main(argv=None):
     p.add_argument("--copy_warmup", type=int, default=300, help="induction warm-up steps before SFT (0: none)")
     p.add_argument("--rl_steps", type=int, default=0)
     p.add_argument("--rl_lr", type=float, default=0.0)
+    p.add_argument("--rl_groups", type=int, default=0, help="tasks per RL step (x group_size episodes)")
+    p.add_argument("--rl_advantage", default="", help="grpo | dr_grpo | rloo (default: the config's)")
     p.add_argument("--hops", type=int, default=4, help="LongHorizon notes after the start note (RL and evaluation)")
     p.add_argument("--sft_hops", type=int, default=4, help="notes in the SFT demonstrations' tasks")
     p.add_argument("--filler", type=int, default=6, help="LongHorizon filler lines per note")
@@ -205,6 +207,10 @@ def main(argv=None):
         c.rl.steps = c.rl.optim.steps = args.rl_steps
     if args.rl_lr:
         c.rl.optim.lr = args.rl_lr
+    if args.rl_groups:
+        c.rl.groups_per_step = args.rl_groups
+    if args.rl_advantage:
+        c.rl.advantage = args.rl_advantage
     tok_path = work / "tokenizer.json"
     if not tok_path.exists():
         train_tokenizer(cs, tok_path)
