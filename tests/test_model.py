@@ -114,6 +114,7 @@ def test_router_bias_is_not_a_param_and_balances_load():
 
 @pytest.mark.parametrize("overrides, field", [
     (dict(n_heads=3), "model.n_heads"),
+    (dict(token_shift=-1), "model.token_shift"),
     (dict(top_k=9), "model.top_k"),
     (dict(router_score="relu"), "model.router_score"),
     (dict(head_dim=15), "model.head_dim"),

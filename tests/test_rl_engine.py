@@ -65,8 +65,8 @@ def test_recorded_logprobs_equal_a_full_forward(engine, model):
 
 
 def test_token_shift_engine_scores_like_a_full_forward():
-    """With token shift the cache carries each slot's newest token: decode, forced chunks and a
-    reset (whose first token has no predecessor) all score as the learner's forward pass."""
+    """With token shift the cache carries each slot's newest tokens: decode, forced chunks and a
+    reset (whose first tokens have no predecessors) all score as the learner's forward pass."""
     cfg = ModelConfig.from_config({**load_config("configs/tiny.py:test").model, "token_shift": 2})
     model = Transformer(cfg, rngs=nnx.Rngs(3))
     engine = RolloutEngine(*nnx.split(model), cfg, ROLLOUT, valid_vocab=VALID)

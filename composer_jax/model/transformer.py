@@ -132,13 +132,16 @@ class Transformer(nnx.Module):
         """
         b, t = tokens_bt.shape
         n_new_b = jnp.full((b,), t, jnp.int32) if n_new_b is None else n_new_b
-        # The row's stream: its cached newest tokens, then the new ones.
-        stream_bn = jnp.concatenate([cache.recent_tokens_bk, tokens_bt], axis=1)
-        r = cache.recent_tokens_bk.shape[1]
-        index_bt = cache.lengths_b[:, None] + jnp.arange(t)[None]
-        shifts = range(1, self.cfg.token_shift + 1)
-        x = self.embed(tokens_bt, [stream_bn[:, r - k:r - k + t] for k in shifts],
-                       [index_bt >= k for k in shifts])
+        prev_kbt, has_prev_kbt, recent_bk = [], [], cache.recent_tokens_bk
+        if self.cfg.token_shift:  # a model without it never touches recent_tokens_bk
+            # The row's stream: its cached newest tokens, then the new ones.
+            stream_bn = jnp.concatenate([cache.recent_tokens_bk, tokens_bt], axis=1)
+            r = cache.recent_tokens_bk.shape[1]
+            index_bt = cache.lengths_b[:, None] + jnp.arange(t)[None]
+            prev_kbt = [stream_bn[:, r - k:r - k + t] for k in range(1, r + 1)]
+            has_prev_kbt = [index_bt >= k for k in range(1, r + 1)]
+            recent_bk = jax.vmap(lambda row, n: jax.lax.dynamic_slice(row, (n,), (r,)))(stream_bn, n_new_b)
+        x = self.embed(tokens_bt, prev_kbt, has_prev_kbt)
         new_k, new_v, routings, moe_index = [], [], [], 0
         for i, block in enumerate(self.layers):
             forced = self._moe_slice(forced_expert_lbtk, moe_index) if isinstance(block.ffn, MoE) else None
@@ -148,6 +151,5 @@ class Transformer(nnx.Module):
             if routing is not None:
                 routings.append(routing)
                 moe_index += 1
-        recent_bk = jax.vmap(lambda row, n: jax.lax.dynamic_slice(row, (n,), (r,)))(stream_bn, n_new_b)
         cache = KVCache(tuple(new_k), tuple(new_v), cache.lengths_b + n_new_b, recent_bk)
         return self.logits(x), cache, collect_aux(routings)
