@@ -103,8 +103,18 @@ def test_a_hung_worker_times_out_and_is_replaced(ray_session):
         assert slow.stats["workers_lost"] == 2 and len(slow.workers()) == 1
 
 
+def settled_free_cpus(expected: float, timeout_s: float = 30.0) -> float:
+    """Ray's free-CPU view once it reaches `expected`: actors killed by earlier tests (timeouts,
+    replacements) return their CPUs asynchronously, so a read right after them can be stale."""
+    deadline = time.monotonic() + timeout_s
+    while (free := ray.available_resources().get("CPU", 0.0)) < expected - 1e-6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return free
+
+
 def test_a_pool_larger_than_the_cluster_is_cut_with_a_warning(pool):
-    free = ray.available_resources().get("CPU", 0.0)  # what the module's pool leaves: 0.5
+    free = settled_free_cpus(2 - FLEET.workers * FLEET.cpus_per_worker)  # what the module's pool leaves
+    assert free == pytest.approx(0.5)
     cfg = FleetConfig(backend="ray", workers=40, cpus_per_worker=0.25)
     with pytest.warns(UserWarning, match="does not fit the cluster"):
         small = EnvPool(cfg, ENV_ID, **ENV_KWARGS)
