@@ -189,6 +189,9 @@ def main(argv=None):
     p.add_argument("--hops", type=int, default=4, help="LongHorizon notes after the start note (RL and evaluation)")
     p.add_argument("--sft_hops", type=int, default=4, help="notes in the SFT demonstrations' tasks")
     p.add_argument("--filler", type=int, default=6, help="LongHorizon filler lines per note")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the RL config, e.g. --set rl.loss.kl_coef=0.05 (repeatable)")
+    p.add_argument("--no_sweeps", action="store_true", help="skip the length sweep and the BugFix evaluation")
     p.add_argument("--notes", default="")
     p.add_argument("--out", default="", help="result path (default benchmarks/results/rl_tiny.json)")
     args = p.parse_args(argv)
@@ -211,6 +214,8 @@ def main(argv=None):
         c.rl.groups_per_step = args.rl_groups
     if args.rl_advantage:
         c.rl.advantage = args.rl_advantage
+    for item in args.set:
+        apply_override(c, item)
     tok_path = work / "tokenizer.json"
     if not tok_path.exists():
         train_tokenizer(cs, tok_path)
@@ -252,12 +257,34 @@ def main(argv=None):
     arms = {k: v for k, v in ARMS.items() if not args.only or k in args.only.split(",")}
     results = run_arms(c, work, eval_ids, arms,
                        on_arm=lambda res: write_record(args, c, work, eval_ids, res, sft_out, sft_s, extra))
-    if "trained_summary" in results and not args.quick:
+    if "trained_summary" in results and not args.quick and not args.no_sweeps:
         print("length sweep", flush=True)
         extra["length_sweep"] = length_sweep(c, work, arms, hops_values=(2, 4, 6, 8), tasks=16)
         print("bugfix", flush=True)
         extra["bugfix"] = suite_eval(c, work, "composer/BugFix-v0", tasks=16)
     write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra)
+
+
+def apply_override(c, item: str) -> None:
+    """`KEY=VALUE` onto the config: a dotted existing key, a Python literal of its type."""
+    import ast
+
+    key, sep, text = item.partition("=")
+    if not sep:
+        raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+    *parents, leaf = key.split(".")
+    node = c
+    for name in parents:
+        node = node[name] if name in node else None
+        if node is None:
+            raise SystemExit(f"--set {item!r}: no config section {name!r}")
+    if leaf not in node:
+        raise SystemExit(f"--set {item!r}: no config key {key!r}")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = text  # a bare string
+    node[leaf] = type(node[leaf])(value) if isinstance(node[leaf], (int, float)) and not isinstance(node[leaf], bool) else value
 
 
 ARMS = {

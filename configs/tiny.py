@@ -133,6 +133,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             group_size=4,  # rollouts per task (G)
             max_sampling_rounds=2,  # extra rounds to replace zero-variance groups
             advantage="grpo",  # grpo | dr_grpo | rloo
+            negative_weight=1.0,  # scale of below-baseline advantages (< 1: asymmetric REINFORCE)
             mask_unfinished=False,  # no gradient from runs that hit turn/segment limits
             train_summaries=True,  # False: summary tokens get no gradient (ablation)
             row_len=2048,  # packed row length (>= rollout.window)

@@ -38,3 +38,11 @@ def test_select_drops_zero_variance_errors_and_masks_unfinished():
     sel = select_groups(groups[:2], rewards[:2], "dr_grpo")
     assert list(sel.groups[0].trainable) == [True, True]
     np.testing.assert_allclose(sel.groups[0].advantages, [0.5, -0.5])
+
+
+def test_negative_weight_scales_only_below_baseline_advantages():
+    groups, rewards = [[ep(), ep(), ep(), ep()]], [[1.0, 0.5, 0.0, 0.5]]
+    sel = select_groups(groups, rewards, "dr_grpo", negative_weight=0.25)
+    np.testing.assert_allclose(sel.groups[0].advantages, [0.5, 0.0, -0.125, 0.0])
+    sel = select_groups(groups, rewards, "dr_grpo", negative_weight=0.0)
+    np.testing.assert_allclose(sel.groups[0].advantages, [0.5, 0.0, 0.0, 0.0])

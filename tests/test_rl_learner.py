@@ -112,3 +112,28 @@ def test_nonfinite_update_is_skipped_then_stops(runs, tmp_path):
         with pytest.raises(learner_lib.NonFiniteUpdateError, match="non-finite"):
             lrn.learn(state, rows)
     run.loop.close()
+
+
+def test_negative_weight_outside_0_1_is_a_config_error(tmp_path):
+    from composer_jax.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rl.negative_weight=1.5: must be in \[0, 1\]"):
+        run_rl(toy_config(1, negative_weight=1.5), tmp_path, log=lambda s: None)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_at_negative_weight_0_only_runs_above_the_baseline_are_packed():
+    from composer_jax.rl.replay import RunCursor
+    from composer_jax.rl.train import build
+
+    c = toy_config(1, negative_weight=0.0)
+    run = build(c, c.rl.optim)
+    lrn = learner_lib.Learner(c.rl, run.model_cfg, run.graphdef, run.tx, run.loop,
+                              RunCursor([f"toy-train-{i}" for i in range(5)], 0), mesh=run.mesh)
+    with jax.set_mesh(run.mesh):
+        groups, *_ = lrn.collect(1)
+    assert groups, "the toy policy should give some group reward variance"
+    above = sum(int(r > np.mean(rs)) for _, rs in groups for r in rs)
+    rows, counts = lrn.batch_rows(groups)
+    assert counts["sequences"] == above  # one segment per toy episode
+    assert np.all(rows.advantages[rows.loss_mask > 0] > 0)

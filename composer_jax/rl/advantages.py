@@ -4,6 +4,10 @@
     dr_grpo  r - mean                      (no std: no up-weighting of near-solved tasks)
     rloo     r - mean of the other G - 1   (leave-one-out baseline)
 
+`negative_weight` scales the below-baseline advantages (asymmetric REINFORCE): pushing down a
+sampled token whose probability is already high moves its mass to every other token, so with
+few rollouts per step the negatives mostly raise entropy; < 1 keeps their signal but damps that.
+
 A group whose usable rewards are all equal carries no signal: it is dropped and the learner
 samples more tasks (dynamic sampling, DAPO). Episodes that crashed their env are never trained;
 with `mask_unfinished`, runs that never finished (turn/segment limits) are not trained either.
@@ -36,6 +40,10 @@ def group_advantages(rewards_g: np.ndarray, estimator: str, eps: float = 1e-6) -
     raise ValueError(f"rl.advantage={estimator!r}: unknown estimator; use one of {ESTIMATORS}")
 
 
+def weigh_negatives(adv_g: np.ndarray, negative_weight: float) -> np.ndarray:
+    return np.where(adv_g < 0, adv_g * np.float32(negative_weight), adv_g).astype(np.float32)
+
+
 @dataclasses.dataclass
 class GroupResult:
     episodes: list[Episode]  # the members kept for training
@@ -50,7 +58,7 @@ class Selection:
 
 
 def select_groups(groups: Sequence[Sequence[Episode]], rewards: Sequence[Sequence[float]],
-                  estimator: str, *, mask_unfinished: bool = False) -> Selection:
+                  estimator: str, *, mask_unfinished: bool = False, negative_weight: float = 1.0) -> Selection:
     """Advantages for every group with signal; the rest are counted by why they were dropped."""
     counts = dict(zero_variance_groups=0, small_groups=0, env_error_episodes=0, unfinished_masked=0,
                   nonfinite_reward_episodes=0)
@@ -73,5 +81,6 @@ def select_groups(groups: Sequence[Sequence[Episode]], rewards: Sequence[Sequenc
             continue
         trainable = np.array([not mask_unfinished or ep.end_reason in FINISHED for ep, _ in usable])
         counts["unfinished_masked"] += int((~trainable).sum())
-        kept.append(GroupResult([ep for ep, _ in usable], group_advantages(r_g, estimator), trainable))
+        adv_g = weigh_negatives(group_advantages(r_g, estimator), negative_weight)
+        kept.append(GroupResult([ep for ep, _ in usable], adv_g, trainable))
     return Selection(kept, counts)

@@ -21,6 +21,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 
+from composer_jax.errors import ConfigError
 from composer_jax.model.config import ModelConfig
 from composer_jax.rl import advantages as adv_lib
 from composer_jax.rl import judge as judge_lib
@@ -134,6 +135,8 @@ class Learner:
                  ref_state: nnx.State | None = None, aux_weights=(0.0, 0.0)):
         self.cfg, self.model_cfg, self.loop, self.cursor, self.mesh = rl_cfg, model_cfg, loop, cursor, mesh
         self.loss_cfg = LossConfig.from_config(rl_cfg.loss)
+        if not 0.0 <= float(rl_cfg.negative_weight) <= 1.0:
+            raise ConfigError(f"rl.negative_weight={rl_cfg.negative_weight}: must be in [0, 1]")
         self.judge, self.rubric_for = judge, rubric_for
         self.weights = judge_lib.RewardWeights(rl_cfg.reward_tests, rl_cfg.reward_judge)
         temperature = loop.rollout.temperature
@@ -200,11 +203,15 @@ class Learner:
     # learning -----------------------------------------------------------------------------------
     def batch_rows(self, groups) -> tuple[segments.PackedRows, dict[str, int]]:
         sel = adv_lib.select_groups([e for e, _ in groups], [r for _, r in groups], self.cfg.advantage,
-                                    mask_unfinished=bool(self.cfg.mask_unfinished))
+                                    mask_unfinished=bool(self.cfg.mask_unfinished),
+                                    negative_weight=float(self.cfg.negative_weight))
+        # A zero advantage (e.g. every below-baseline run at negative_weight 0) gives the policy
+        # loss no gradient; without a KL or entropy term such runs are not worth packing.
+        needs_all = self.loss_cfg.kl_coef > 0 or self.loss_cfg.entropy_coef > 0
         seqs = []
         for group in sel.groups:
             for ep, a, trainable in zip(group.episodes, group.advantages, group.trainable):
-                if trainable:
+                if trainable and (a != 0 or needs_all):
                     seqs += segments.episode_sequences(ep, float(a), train_summaries=bool(self.cfg.train_summaries),
                                                        with_experts=self.replay)
         rows = segments.pack(seqs, int(self.cfg.row_len), row_multiple=int(self.cfg.minibatch_rows),
