@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+from collections import Counter
 import json
 import pathlib
 import time
@@ -192,6 +193,10 @@ def main(argv=None):
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override the RL config, e.g. --set rl.loss.kl_coef=0.05 (repeatable)")
     p.add_argument("--no_sweeps", action="store_true", help="skip the length sweep and the BugFix evaluation")
+    p.add_argument("--combine", default="", help="comma list of result JSONs (one arm each, same settings): "
+                   "write them as one record instead of running")
+    p.add_argument("--final_eval", type=int, default=0, metavar="N",
+                   help="also evaluate the SFT policy and every arm's final policy on N validation tasks")
     p.add_argument("--notes", default="")
     p.add_argument("--out", default="", help="result path (default benchmarks/results/rl_tiny.json)")
     args = p.parse_args(argv)
@@ -254,9 +259,14 @@ def main(argv=None):
         run.loop.close()
         print("sft eval", {k: v for k, v in ev.items() if not isinstance(v, list)}, flush=True)
         return
+    if args.combine:
+        combine(args, c, work, eval_ids, args.combine.split(","), sft_out, sft_s, extra)
+        return
     arms = {k: v for k, v in ARMS.items() if not args.only or k in args.only.split(",")}
     results = run_arms(c, work, eval_ids, arms,
                        on_arm=lambda res: write_record(args, c, work, eval_ids, res, sft_out, sft_s, extra))
+    if args.final_eval:
+        extra["final_eval"] = final_eval(c, work, {k: work / k for k in results}, args.final_eval)
     if "trained_summary" in results and not args.quick and not args.no_sweeps:
         print("length sweep", flush=True)
         extra["length_sweep"] = length_sweep(c, work, arms, hops_values=(2, 4, 6, 8), tasks=16)
@@ -400,6 +410,63 @@ def train_log(workdir: pathlib.Path) -> list[dict]:
     return [{k: r[k] for k in keys if k in r} for r in rows if r.get("kind") == "train"]
 
 
+def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: int) -> dict:
+    """The SFT policy and each arm's final policy on the first `tasks` validation tasks (the RL
+    runs' own evaluation uses 32: too few to separate policies a few points apart)."""
+    from composer_jax.rl.learner import evaluate
+    from composer_jax.rl.train import task_ids
+
+    ids = task_ids(c.rl, "validation")[:tasks]
+    run, out = _engine(c), dict(tasks=len(ids))
+    sft_ckpt = work / "sft" / "checkpoints"
+    policies = [("sft", sft_ckpt, None)]
+    for arm, d in arm_dirs.items():
+        if ARMS[arm].get("rollout"):  # the SFT policy under this arm's rollout settings: its own "before"
+            policies.append((f"sft/{arm}", sft_ckpt, ARMS[arm]["rollout"]))
+        policies.append((arm, d / "checkpoints", ARMS[arm].get("rollout")))
+    for name, ckpt, rollout in policies:
+        t = time.perf_counter()
+        loop = _policy_loop(run, str(ckpt), c.rl, rollout)
+        ev = evaluate(loop, ids, seed=int(c.seed) + 3_333)
+        loop.close()
+        out[name] = {k: v for k, v in ev.items() if not isinstance(v, list)} | dict(wall_s=time.perf_counter() - t)
+        print(f"final eval {name}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.3f}, {ev['ci95_high']:.3f}] "
+              f"reward {ev['reward']:.3f} n={ev['n']}", flush=True)
+    return out
+
+
+def combine(args, c, work, eval_ids, paths: list[str], sft_out, sft_s, extra) -> None:
+    """One record from arms run as separate `--only` processes (side by side, or resumed to more
+    steps: an arm's later file continues its earlier one). Every file must share the settings
+    that make the budgets equal, and every arm must end at the same step."""
+    results, settings, arm_dirs = {}, None, {}
+    for path in paths:
+        rec = json.loads(pathlib.Path(path).read_text())
+        rl = rec["config"]["rl"]
+        same = (rec["episodes_per_step"], rec["eval_tasks"], rl["optim"]["lr"], rl["negative_weight"])
+        if settings not in (None, same):
+            raise SystemExit(f"--combine: {path} ran with (episodes/step, eval tasks, lr, negative_weight) "
+                             f"= {same}, the first file with {settings}")
+        settings = same
+        c.rl.groups_per_step, c.rl.optim.lr, c.rl.negative_weight = rl["groups_per_step"], same[2], same[3]
+        for arm, v in rec["ablation"].items():
+            earlier = results.get(arm)
+            results[arm] = {k: v[k] for k in ("before", "after", "wall_s", "steps", "counts", "train_log")}
+            if earlier:  # a resumed run: its own first evaluation is the earlier file's last
+                results[arm]["before"] = earlier["before"]
+                results[arm]["wall_s"] += earlier["wall_s"]
+                results[arm]["counts"] = dict(Counter(earlier["counts"]) + Counter(v["counts"]))
+            arm_dirs[arm] = pathlib.Path(rec["argv"]["workdir"]) / arm
+    steps = {arm: r["steps"] for arm, r in results.items()}
+    if len(set(steps.values())) != 1:
+        raise SystemExit(f"--combine: the arms ended at different steps {steps}: not the same budget")
+    c.rl.steps = next(iter(steps.values()))
+    extra = dict(extra, combined_from=paths)
+    if args.final_eval:
+        extra["final_eval"] = final_eval(c, work, arm_dirs, args.final_eval)
+    write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra)
+
+
 def write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra=None):
     """The JSON so far (rewritten after every arm, so a cut-short run still leaves its numbers)."""
     main_arm = results.get("trained_summary")
@@ -422,6 +489,19 @@ def write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra=None):
                                   wall_s=v["wall_s"], steps=v["steps"], counts=v["counts"], train_log=v["train_log"],
                                   before=v["before"], after=v["after"]) for k, v in results.items()}
     record.update(extra or {})
+    if fe := record.get("final_eval"):  # the larger evaluation is the headline; the runs' own stay
+        ci = lambda e: [e["ci95_low"], e["ci95_high"]]
+        if "trained_summary" in fe:
+            record.update(before_rl_pass_rate=fe["sft"]["pass_rate"], before_rl_ci95=ci(fe["sft"]),
+                          before_rl_reward=fe["sft"]["reward"], after_rl_pass_rate=fe["trained_summary"]["pass_rate"],
+                          after_rl_ci95=ci(fe["trained_summary"]), after_rl_reward=fe["trained_summary"]["reward"],
+                          headline_eval_tasks=fe["tasks"])
+        for arm, a in record["ablation"].items():
+            before = fe.get(f"sft/{arm}", fe["sft"])
+            a.update(run_eval_pass_rate=a["pass_rate"], pass_rate=fe[arm]["pass_rate"], ci95=ci(fe[arm]),
+                     reward=fe[arm]["reward"], summary_len=fe[arm]["summary_len"],
+                     segments_per_episode=fe[arm]["segments_per_episode"], before_pass_rate=before["pass_rate"],
+                     before_ci95=ci(before), before_reward=before["reward"], eval_tasks=fe["tasks"])
     record["notes"] = args.notes
     record["quick"] = bool(args.quick)
     record["argv"] = vars(args)
