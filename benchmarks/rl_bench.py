@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-from collections import Counter
 import json
 import pathlib
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -294,7 +294,11 @@ def apply_override(c, item: str) -> None:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         value = text  # a bare string
-    node[leaf] = type(node[leaf])(value) if isinstance(node[leaf], (int, float)) and not isinstance(node[leaf], bool) else value
+    old = node[leaf]
+    try:
+        node[leaf] = type(old)(value) if isinstance(old, (int, float)) and not isinstance(old, bool) else value
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"--set {item!r}: {key} holds a {type(old).__name__} ({old!r}): {e}") from e
 
 
 ARMS = {

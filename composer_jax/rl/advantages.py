@@ -6,7 +6,8 @@
 
 `negative_weight` scales the below-baseline advantages (asymmetric REINFORCE): pushing down a
 sampled token whose probability is already high moves its mass to every other token, so with
-few rollouts per step the negatives mostly raise entropy; < 1 keeps their signal but damps that.
+few rollouts per step the negatives mostly raise entropy; a weight in (0, 1) damps that, 0 trains
+only the runs above their group's baseline.
 
 A group whose usable rewards are all equal carries no signal: it is dropped and the learner
 samples more tasks (dynamic sampling, DAPO). Episodes that crashed their env are never trained;
