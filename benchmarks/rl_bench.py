@@ -439,20 +439,42 @@ def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: 
     return out
 
 
-def combine(args, c, work, eval_ids, paths: list[str], sft_out, sft_s, extra) -> None:
-    """One record from arms run as separate `--only` processes (side by side, or resumed to more
-    steps: an arm's later file continues its earlier one). Every file must share the settings
-    that make the budgets equal, and every arm must end at the same step."""
-    results, settings, arm_dirs = {}, None, {}
-    for path in paths:
-        rec = json.loads(pathlib.Path(path).read_text())
+def record_seed(rec: dict) -> int:
+    """The run's `seed` (records written before the field existed name it only in `--set`)."""
+    if "seed" in rec:
+        return int(rec["seed"])
+    given = [item.partition("=")[2] for item in rec["argv"].get("set", []) if item.startswith("seed=")]
+    return int(given[-1]) if given else int(get_config("test").seed)
+
+
+def check_combinable(records: dict[str, dict], seed: int) -> None:
+    """Arms may be joined only when their budgets and evaluation are the same: equal
+    episodes/step, eval tasks, lr and negative_weight, and the seed this process evaluates with
+    (the seed picks the tasks each run sampled and its evaluation's samples)."""
+    settings = None
+    for path, rec in records.items():
         rl = rec["config"]["rl"]
         same = (rec["episodes_per_step"], rec["eval_tasks"], rl["optim"]["lr"], rl["negative_weight"])
         if settings not in (None, same):
             raise SystemExit(f"--combine: {path} ran with (episodes/step, eval tasks, lr, negative_weight) "
                              f"= {same}, the first file with {settings}")
         settings = same
-        c.rl.groups_per_step, c.rl.optim.lr, c.rl.negative_weight = rl["groups_per_step"], same[2], same[3]
+        if record_seed(rec) != seed:
+            raise SystemExit(f"--combine: {path} ran with seed {record_seed(rec)}, this process has seed "
+                             f"{seed} (pass --set seed={record_seed(rec)})")
+
+
+def combine(args, c, work, eval_ids, paths: list[str], sft_out, sft_s, extra) -> None:
+    """One record from arms run as separate `--only` processes (side by side, or resumed to more
+    steps: an arm's later file continues its earlier one). Every file must share the settings
+    that make the budgets equal, and every arm must end at the same step."""
+    records = {path: json.loads(pathlib.Path(path).read_text()) for path in paths}
+    check_combinable(records, int(c.seed))
+    results, arm_dirs = {}, {}
+    for rec in records.values():
+        rl = rec["config"]["rl"]
+        c.rl.groups_per_step, c.rl.optim.lr, c.rl.negative_weight = (
+            rl["groups_per_step"], rl["optim"]["lr"], rl["negative_weight"])
         for arm, v in rec["ablation"].items():
             earlier = results.get(arm)
             results[arm] = {k: v[k] for k in ("before", "after", "wall_s", "steps", "counts", "train_log")}
@@ -476,7 +498,7 @@ def write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra=None):
     main_arm = results.get("trained_summary")
     record = dict(
         config=dict(model=c.model.to_dict(), rollout=c.rollout.to_dict(), rl=c.rl.to_dict(), sft=c.sft.to_dict()),
-        sft=sft_out, sft_wall_s=sft_s,
+        seed=int(c.seed), sft=sft_out, sft_wall_s=sft_s,
         eval_tasks=len(eval_ids), eval_split="validation", env=c.rl.env_id,
         suite_options=dict(c.rl.suite_options), rl_steps=int(c.rl.steps),
         episodes_per_step=int(c.rl.groups_per_step) * int(c.rl.group_size),

@@ -1,0 +1,36 @@
+"""`rl_bench --combine` joins arms run in separate processes only when their budgets and
+evaluation match: a mismatch stops with the offending file named, before any evaluation."""
+import pytest
+
+from benchmarks.rl_bench import check_combinable, record_seed
+
+
+def _record(lr=3e-4, negative_weight=0.0, episodes=96, eval_tasks=32, **seed_fields):
+    return dict(episodes_per_step=episodes, eval_tasks=eval_tasks,
+                config=dict(rl=dict(optim=dict(lr=lr), negative_weight=negative_weight)),
+                argv=dict(set=["rl.negative_weight=0.0"]), **seed_fields)
+
+
+def test_matching_records_combine():
+    check_combinable({"a.json": _record(seed=1), "b.json": _record(seed=1)}, seed=1)
+
+
+@pytest.mark.parametrize("field", ["lr", "negative_weight", "episodes", "eval_tasks"])
+def test_a_different_budget_is_refused_naming_the_file(field):
+    other = _record(**{field: 2})
+    with pytest.raises(SystemExit, match="b.json ran with"):
+        check_combinable({"a.json": _record(seed=0), "b.json": dict(other, seed=0)}, seed=0)
+
+
+def test_a_different_seed_is_refused_with_the_flag_to_pass():
+    with pytest.raises(SystemExit, match=r"b.json ran with seed 1.*--set seed=1"):
+        check_combinable({"a.json": _record(seed=0), "b.json": _record(seed=1)}, seed=0)
+
+
+def test_seed_of_records_written_before_the_field():
+    old = _record()
+    assert record_seed(old) == 0  # the config's default
+    old["argv"]["set"].append("seed=3")
+    assert record_seed(old) == 3
+    with pytest.raises(SystemExit, match="seed 3"):
+        check_combinable({"old.json": old}, seed=0)
