@@ -414,9 +414,11 @@ def train_log(workdir: pathlib.Path) -> list[dict]:
     return [{k: r[k] for k in keys if k in r} for r in rows if r.get("kind") == "train"]
 
 
-def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: int) -> dict:
+def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: int,
+               known: dict | None = None) -> dict:
     """The SFT policy and each arm's final policy on the first `tasks` validation tasks (the RL
-    runs' own evaluation uses 32: too few to separate policies a few points apart)."""
+    runs' own evaluation uses 32: too few to separate policies a few points apart). `known`:
+    evaluations of the same policies already made (same seed and tasks), reused as they are."""
     from composer_jax.rl.learner import evaluate
     from composer_jax.rl.train import task_ids
 
@@ -429,6 +431,10 @@ def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: 
             policies.append((f"sft/{arm}", sft_ckpt, ARMS[arm]["rollout"]))
         policies.append((arm, d / "checkpoints", ARMS[arm].get("rollout")))
     for name, ckpt, rollout in policies:
+        if (done := (known or {}).get(name)) and done["tasks"] == len(ids):
+            out[name] = done
+            print(f"final eval {name}: pass {done['pass_rate']:.3f} (from {done['from_file']})", flush=True)
+            continue
         t = time.perf_counter()
         loop = _policy_loop(run, str(ckpt), c.rl, rollout)
         ev = evaluate(loop, ids, seed=int(c.seed) + 3_333)
@@ -489,8 +495,20 @@ def combine(args, c, work, eval_ids, paths: list[str], sft_out, sft_s, extra) ->
     c.rl.steps = next(iter(steps.values()))
     extra = dict(extra, combined_from=paths)
     if args.final_eval:
-        extra["final_eval"] = final_eval(c, work, arm_dirs, args.final_eval)
+        extra["final_eval"] = final_eval(c, work, arm_dirs, args.final_eval, known_final_evals(records))
     write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra)
+
+
+def known_final_evals(records: dict[str, dict]) -> dict:
+    """Each policy's `--final_eval` result from the files, when the file holds that policy's
+    final checkpoint: an arm resumed in a later file drops the earlier file's evaluation."""
+    known = {}
+    for path, rec in records.items():
+        fe = rec.get("final_eval") or {}
+        for arm in rec["ablation"]:
+            known.pop(arm, None)
+        known.update({name: dict(v, tasks=fe["tasks"], from_file=path) for name, v in fe.items() if name != "tasks"})
+    return known
 
 
 def write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra=None):

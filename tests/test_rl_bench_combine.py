@@ -2,7 +2,7 @@
 evaluation match: a mismatch stops with the offending file named, before any evaluation."""
 import pytest
 
-from benchmarks.rl_bench import check_combinable, record_seed
+from benchmarks.rl_bench import check_combinable, known_final_evals, record_seed
 
 
 def _record(lr=3e-4, negative_weight=0.0, episodes=96, eval_tasks=32, **seed_fields):
@@ -34,3 +34,14 @@ def test_seed_of_records_written_before_the_field():
     assert record_seed(old) == 3
     with pytest.raises(SystemExit, match="seed 3"):
         check_combinable({"old.json": old}, seed=0)
+
+
+def test_final_evaluations_are_reused_only_for_final_checkpoints():
+    first = dict(_record(), ablation={"trained_summary": {}},
+                 final_eval={"tasks": 128, "sft": {"pass_rate": 0.1}, "trained_summary": {"pass_rate": 0.2}})
+    resumed = dict(_record(), ablation={"trained_summary": {}})  # no final_eval: step-12 policy's is stale
+    masked = dict(_record(), ablation={"masked_summary": {}},
+                  final_eval={"tasks": 128, "sft": {"pass_rate": 0.1}, "masked_summary": {"pass_rate": 0.3}})
+    known = known_final_evals({"t12.json": first, "t24.json": resumed, "m.json": masked})
+    assert set(known) == {"sft", "masked_summary"}
+    assert known["masked_summary"] == {"pass_rate": 0.3, "tasks": 128, "from_file": "m.json"}
