@@ -197,9 +197,15 @@ def main(argv=None):
                    "write them as one record instead of running")
     p.add_argument("--final_eval", type=int, default=0, metavar="N",
                    help="also evaluate the SFT policy and every arm's final policy on N validation tasks")
+    p.add_argument("--pool", default="", help="comma list of result JSONs of different seeds (with --final_eval): "
+                   "pooled pass rates and paired tests, written to --out (default benchmarks/results/rl_tiny_seeds.json)")
     p.add_argument("--notes", default="")
     p.add_argument("--out", default="", help="result path (default benchmarks/results/rl_tiny.json)")
     args = p.parse_args(argv)
+    if args.pool:
+        pooled = pool_seeds({path: json.loads(pathlib.Path(path).read_text()) for path in args.pool.split(",")})
+        write_result(args.out or str(RESULT.with_name("rl_tiny_seeds.json")), pooled)
+        return
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     # Demonstrations (and the tokenizer) from sft_hops-note tasks; RL and evaluation on hops-note
@@ -417,8 +423,9 @@ def train_log(workdir: pathlib.Path) -> list[dict]:
 def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: int,
                known: dict | None = None) -> dict:
     """The SFT policy and each arm's final policy on the first `tasks` validation tasks (the RL
-    runs' own evaluation uses 32: too few to separate policies a few points apart). `known`:
-    evaluations of the same policies already made (same seed and tasks), reused as they are."""
+    runs' own evaluation uses 32: too few to separate policies a few points apart), with each
+    episode's outcome for paired comparisons. `known`: evaluations of the same policies already
+    made (same seed and tasks, with outcomes), reused as they are."""
     from composer_jax.rl.learner import evaluate
     from composer_jax.rl.train import task_ids
 
@@ -431,15 +438,15 @@ def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: 
             policies.append((f"sft/{arm}", sft_ckpt, ARMS[arm]["rollout"]))
         policies.append((arm, d / "checkpoints", ARMS[arm].get("rollout")))
     for name, ckpt, rollout in policies:
-        if (done := (known or {}).get(name)) and done["tasks"] == len(ids):
+        if (done := (known or {}).get(name)) and done["tasks"] == len(ids) and "passed" in done:
             out[name] = done
             print(f"final eval {name}: pass {done['pass_rate']:.3f} (from {done['from_file']})", flush=True)
             continue
         t = time.perf_counter()
         loop = _policy_loop(run, str(ckpt), c.rl, rollout)
-        ev = evaluate(loop, ids, seed=int(c.seed) + 3_333)
+        ev = evaluate(loop, ids, seed=int(c.seed) + 3_333, outcomes=True)
         loop.close()
-        out[name] = {k: v for k, v in ev.items() if not isinstance(v, list)} | dict(wall_s=time.perf_counter() - t)
+        out[name] = ev | dict(wall_s=time.perf_counter() - t)
         print(f"final eval {name}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.3f}, {ev['ci95_high']:.3f}] "
               f"reward {ev['reward']:.3f} n={ev['n']}", flush=True)
     return out
@@ -453,10 +460,11 @@ def record_seed(rec: dict) -> int:
     return int(given[-1]) if given else int(get_config("test").seed)
 
 
-def check_combinable(records: dict[str, dict], seed: int) -> None:
+def check_combinable(records: dict[str, dict], seed: int | None) -> None:
     """Arms may be joined only when their budgets and evaluation are the same: equal
-    episodes/step, eval tasks, lr and negative_weight, and the seed this process evaluates with
-    (the seed picks the tasks each run sampled and its evaluation's samples)."""
+    episodes/step, eval tasks, lr and negative_weight, and (unless `seed` is None, as when
+    pooling seeds) the seed this process evaluates with (the seed picks the tasks each run
+    sampled and its evaluation's samples)."""
     settings = None
     for path, rec in records.items():
         rl = rec["config"]["rl"]
@@ -465,7 +473,7 @@ def check_combinable(records: dict[str, dict], seed: int) -> None:
             raise SystemExit(f"--combine: {path} ran with (episodes/step, eval tasks, lr, negative_weight) "
                              f"= {same}, the first file with {settings}")
         settings = same
-        if record_seed(rec) != seed:
+        if seed is not None and record_seed(rec) != seed:
             raise SystemExit(f"--combine: {path} ran with seed {record_seed(rec)}, this process has seed "
                              f"{seed} (pass --set seed={record_seed(rec)})")
 
@@ -511,6 +519,43 @@ def known_final_evals(records: dict[str, dict]) -> dict:
     return known
 
 
+def paired_comparisons(fe: dict) -> dict:
+    """McNemar on the final evaluation's shared episodes: each arm against the SFT policy (under
+    the arm's rollout settings) and trained against masked summaries."""
+    from composer_jax.rl.learner import mcnemar
+
+    passed = {name: v["passed"] for name, v in fe.items() if name != "tasks" and "passed" in v}
+    pairs = {f"{arm}_vs_sft": (arm, f"sft/{arm}" if f"sft/{arm}" in passed else "sft")
+             for arm in ARMS if arm in passed}
+    pairs["trained_vs_masked"] = ("trained_summary", "masked_summary")
+    return {label: mcnemar(passed[a], passed[b]) for label, (a, b) in pairs.items() if a in passed and b in passed}
+
+
+def pool_seeds(records: dict[str, dict]) -> dict:
+    """Records of several seeds (same tasks, budget and settings) pooled: per policy the passes
+    over all episodes, and McNemar over the (task, seed) pairs."""
+    from composer_jax.rl.learner import wilson
+
+    check_combinable(records, seed=None)
+    seeds = [record_seed(r) for r in records.values()]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--pool: seeds {seeds} repeat: the same episodes would count twice")
+    fes = {path: rec["final_eval"] for path, rec in records.items()}
+    missing = [path for path, fe in fes.items() if "passed" not in fe.get("sft", {})]
+    if missing:
+        raise SystemExit(f"--pool: {missing} hold no per-episode outcomes; rerun them with --combine "
+                         "... --final_eval N")
+    names = sorted(set.intersection(*(set(fe) - {"tasks"} for fe in fes.values())))
+    pooled = {name: sum((fe[name]["passed"] for fe in fes.values()), []) for name in names}
+    out = dict(files=list(records), seeds=seeds,
+               tasks=[fe["tasks"] for fe in fes.values()])
+    for name, passed in pooled.items():
+        lo, hi = wilson(float(np.mean(passed)), len(passed))
+        out[name] = dict(passes=int(sum(passed)), n=len(passed), pass_rate=float(np.mean(passed)), ci95=[lo, hi])
+    out["paired"] = paired_comparisons({name: dict(passed=p) for name, p in pooled.items()})
+    return out
+
+
 def write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra=None):
     """The JSON so far (rewritten after every arm, so a cut-short run still leaves its numbers)."""
     main_arm = results.get("trained_summary")
@@ -540,6 +585,7 @@ def write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra=None):
                           before_rl_reward=fe["sft"]["reward"], after_rl_pass_rate=fe["trained_summary"]["pass_rate"],
                           after_rl_ci95=ci(fe["trained_summary"]), after_rl_reward=fe["trained_summary"]["reward"],
                           headline_eval_tasks=fe["tasks"])
+        record["paired"] = paired_comparisons(fe)
         for arm, a in record["ablation"].items():
             before = fe.get(f"sft/{arm}", fe["sft"])
             a.update(run_eval_pass_rate=a["pass_rate"], pass_rate=fe[arm]["pass_rate"], ci95=ci(fe[arm]),

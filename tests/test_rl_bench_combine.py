@@ -2,7 +2,7 @@
 evaluation match: a mismatch stops with the offending file named, before any evaluation."""
 import pytest
 
-from benchmarks.rl_bench import check_combinable, known_final_evals, record_seed
+from benchmarks.rl_bench import check_combinable, known_final_evals, paired_comparisons, pool_seeds, record_seed
 
 
 def _record(lr=3e-4, negative_weight=0.0, episodes=96, eval_tasks=32, **seed_fields):
@@ -45,3 +45,31 @@ def test_final_evaluations_are_reused_only_for_final_checkpoints():
     known = known_final_evals({"t12.json": first, "t24.json": resumed, "m.json": masked})
     assert set(known) == {"sft", "masked_summary"}
     assert known["masked_summary"] == {"pass_rate": 0.3, "tasks": 128, "from_file": "m.json"}
+
+
+def _evaluated(seed, sft, trained, masked):
+    fe = {"tasks": len(sft), "sft": {"passed": sft}, "trained_summary": {"passed": trained},
+          "masked_summary": {"passed": masked}}
+    return dict(_record(seed=seed), final_eval=fe)
+
+
+def test_paired_comparisons_pair_each_arm_with_its_own_baseline():
+    fe = _evaluated(0, [0, 0, 1, 0], [1, 1, 1, 0], [0, 1, 0, 0])["final_eval"]
+    fe["sft/no_summary"], fe["no_summary"] = {"passed": [0] * 4}, {"passed": [0] * 4}
+    paired = paired_comparisons(fe)
+    assert (paired["trained_summary_vs_sft"]["only_a"], paired["trained_summary_vs_sft"]["only_b"]) == (2, 0)
+    assert (paired["trained_vs_masked"]["only_a"], paired["trained_vs_masked"]["only_b"]) == (2, 0)
+    assert paired["no_summary_vs_sft"]["neither"] == 4
+
+
+def test_pooling_seeds_concatenates_episodes_and_refuses_repeats():
+    a = _evaluated(0, [0, 1], [1, 1], [0, 1])
+    b = _evaluated(1, [0, 0], [1, 0], [0, 0])
+    pooled = pool_seeds({"s0.json": a, "s1.json": b})
+    assert pooled["seeds"] == [0, 1]
+    assert (pooled["trained_summary"]["passes"], pooled["trained_summary"]["n"]) == (3, 4)
+    assert pooled["paired"]["trained_vs_masked"]["only_a"] == 2
+    with pytest.raises(SystemExit, match="repeat"):
+        pool_seeds({"s0.json": a, "again.json": _evaluated(0, [0, 1], [1, 1], [0, 1])})
+    with pytest.raises(SystemExit, match="per-episode outcomes"):
+        pool_seeds({"s0.json": a, "old.json": dict(_record(seed=2), final_eval={"tasks": 2, "sft": {}})})

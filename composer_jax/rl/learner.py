@@ -9,6 +9,7 @@ stops with a clear error after `rl.max_nonfinite` in a row.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -278,14 +279,33 @@ class Learner:
         return StepResult(state, metrics)
 
 
-def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1) -> dict[str, Any]:
-    """Pass rate on held-out tasks (`samples` rollouts each) with a 95% Wilson interval."""
+def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1,
+             outcomes: bool = False) -> dict[str, Any]:
+    """Pass rate on held-out tasks (`samples` rollouts each) with a 95% Wilson interval;
+    `outcomes` adds `passed`, one 0/1 per episode in task order, for paired comparisons."""
     loop.rollout = dataclasses.replace(loop.rollout, seed=seed)
     episodes = loop.run([{"options": {"task_id": t}} for t in task_ids for _ in range(samples)])
     n = len(episodes)
     p = pass_rate(episodes)
     lo, hi = wilson(p, n)
-    return dict(episode_stats(episodes), n=n, tasks=len(task_ids), pass_rate=p, ci95_low=lo, ci95_high=hi)
+    out = dict(episode_stats(episodes), n=n, tasks=len(task_ids), pass_rate=p, ci95_low=lo, ci95_high=hi)
+    if outcomes:
+        out["passed"] = [int(ep.reward >= 1.0) for ep in episodes]
+    return out
+
+
+def mcnemar(a_passed: list[int], b_passed: list[int]) -> dict[str, float]:
+    """Paired comparison of two policies on the same episodes (task and sampling seed): counts
+    of the four outcomes and the exact two-sided McNemar p-value (a binomial test on the
+    episodes where exactly one of them passed)."""
+    if len(a_passed) != len(b_passed):
+        raise ValueError(f"paired outcomes of different lengths: {len(a_passed)} vs {len(b_passed)}")
+    pairs = Counter(zip((bool(x) for x in a_passed), (bool(x) for x in b_passed), strict=True))
+    only_a, only_b = pairs[True, False], pairs[False, True]
+    n, k = only_a + only_b, min(only_a, only_b)
+    p_value = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    return dict(both=pairs[True, True], only_a=only_a, only_b=only_b, neither=pairs[False, False],
+                p_value=p_value)
 
 
 def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
