@@ -460,7 +460,7 @@ def record_seed(rec: dict) -> int:
     return int(given[-1]) if given else int(get_config("test").seed)
 
 
-def check_combinable(records: dict[str, dict], seed: int | None) -> None:
+def check_combinable(records: dict[str, dict], seed: int | None, flag: str = "--combine") -> None:
     """Arms may be joined only when their budgets and evaluation are the same: equal
     episodes/step, eval tasks, lr and negative_weight, and (unless `seed` is None, as when
     pooling seeds) the seed this process evaluates with (the seed picks the tasks each run
@@ -470,11 +470,11 @@ def check_combinable(records: dict[str, dict], seed: int | None) -> None:
         rl = rec["config"]["rl"]
         same = (rec["episodes_per_step"], rec["eval_tasks"], rl["optim"]["lr"], rl["negative_weight"])
         if settings not in (None, same):
-            raise SystemExit(f"--combine: {path} ran with (episodes/step, eval tasks, lr, negative_weight) "
+            raise SystemExit(f"{flag}: {path} ran with (episodes/step, eval tasks, lr, negative_weight) "
                              f"= {same}, the first file with {settings}")
         settings = same
         if seed is not None and record_seed(rec) != seed:
-            raise SystemExit(f"--combine: {path} ran with seed {record_seed(rec)}, this process has seed "
+            raise SystemExit(f"{flag}: {path} ran with seed {record_seed(rec)}, this process has seed "
                              f"{seed} (pass --set seed={record_seed(rec)})")
 
 
@@ -536,7 +536,7 @@ def pool_seeds(records: dict[str, dict]) -> dict:
     over all episodes, and McNemar over the (task, seed) pairs."""
     from composer_jax.rl.learner import wilson
 
-    check_combinable(records, seed=None)
+    check_combinable(records, seed=None, flag="--pool")
     seeds = [record_seed(r) for r in records.values()]
     if len(set(seeds)) != len(seeds):
         raise SystemExit(f"--pool: seeds {seeds} repeat: the same episodes would count twice")

@@ -73,3 +73,10 @@ def test_pooling_seeds_concatenates_episodes_and_refuses_repeats():
         pool_seeds({"s0.json": a, "again.json": _evaluated(0, [0, 1], [1, 1], [0, 1])})
     with pytest.raises(SystemExit, match="per-episode outcomes"):
         pool_seeds({"s0.json": a, "old.json": dict(_record(seed=2), final_eval={"tasks": 2, "sft": {}})})
+
+
+def test_pooling_refuses_a_different_budget():
+    a = _evaluated(0, [0, 1], [1, 1], [0, 1])
+    other = dict(_evaluated(1, [0, 0], [1, 0], [0, 0]), episodes_per_step=24)
+    with pytest.raises(SystemExit, match="--pool: s1.json ran with"):
+        pool_seeds({"s0.json": a, "s1.json": other})
