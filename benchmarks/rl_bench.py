@@ -203,7 +203,7 @@ def main(argv=None):
     p.add_argument("--out", default="", help="result path (default benchmarks/results/rl_tiny.json)")
     args = p.parse_args(argv)
     if args.pool:
-        pooled = pool_seeds({path: json.loads(pathlib.Path(path).read_text()) for path in args.pool.split(",")})
+        pooled = pool_seeds(read_records(args.pool.split(","), "--pool"))
         write_result(args.out or str(RESULT.with_name("rl_tiny_seeds.json")), pooled)
         return
     work = pathlib.Path(args.workdir)
@@ -452,6 +452,17 @@ def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: 
     return out
 
 
+def read_records(paths: list[str], flag: str) -> dict[str, dict]:
+    """Result JSONs by path; a missing or unreadable file stops with its name."""
+    records = {}
+    for path in paths:
+        try:
+            records[path] = json.loads(pathlib.Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SystemExit(f"{flag}: cannot read result file {path}: {e}") from e
+    return records
+
+
 def record_seed(rec: dict) -> int:
     """The run's `seed` (records written before the field existed name it only in `--set`)."""
     if "seed" in rec:
@@ -482,7 +493,7 @@ def combine(args, c, work, eval_ids, paths: list[str], sft_out, sft_s, extra) ->
     """One record from arms run as separate `--only` processes (side by side, or resumed to more
     steps: an arm's later file continues its earlier one). Every file must share the settings
     that make the budgets equal, and every arm must end at the same step."""
-    records = {path: json.loads(pathlib.Path(path).read_text()) for path in paths}
+    records = read_records(paths, "--combine")
     check_combinable(records, int(c.seed))
     results, arm_dirs = {}, {}
     for rec in records.values():
@@ -547,11 +558,10 @@ def pool_seeds(records: dict[str, dict]) -> dict:
                          "... --final_eval N")
     names = sorted(set.intersection(*(set(fe) - {"tasks"} for fe in fes.values())))
     pooled = {name: sum((fe[name]["passed"] for fe in fes.values()), []) for name in names}
-    out = dict(files=list(records), seeds=seeds,
-               tasks=[fe["tasks"] for fe in fes.values()])
+    out = dict(files=list(records), seeds=seeds, tasks=[fe["tasks"] for fe in fes.values()])
     for name, passed in pooled.items():
-        lo, hi = wilson(float(np.mean(passed)), len(passed))
-        out[name] = dict(passes=int(sum(passed)), n=len(passed), pass_rate=float(np.mean(passed)), ci95=[lo, hi])
+        rate = float(np.mean(passed))
+        out[name] = dict(passes=int(sum(passed)), n=len(passed), pass_rate=rate, ci95=list(wilson(rate, len(passed))))
     out["paired"] = paired_comparisons({name: dict(passed=p) for name, p in pooled.items()})
     return out
 

@@ -2,7 +2,8 @@
 evaluation match: a mismatch stops with the offending file named, before any evaluation."""
 import pytest
 
-from benchmarks.rl_bench import check_combinable, known_final_evals, paired_comparisons, pool_seeds, record_seed
+from benchmarks.rl_bench import (check_combinable, known_final_evals, paired_comparisons, pool_seeds,
+                                  read_records, record_seed)
 
 
 def _record(lr=3e-4, negative_weight=0.0, episodes=96, eval_tasks=32, **seed_fields):
@@ -80,3 +81,12 @@ def test_pooling_refuses_a_different_budget():
     other = dict(_evaluated(1, [0, 0], [1, 0], [0, 0]), episodes_per_step=24)
     with pytest.raises(SystemExit, match="--pool: s1.json ran with"):
         pool_seeds({"s0.json": a, "s1.json": other})
+
+
+def test_an_unreadable_result_file_is_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SystemExit, match="--pool: cannot read result file .*bad.json"):
+        read_records([str(bad)], "--pool")
+    with pytest.raises(SystemExit, match="--combine: cannot read result file .*missing.json"):
+        read_records([str(tmp_path / "missing.json")], "--combine")

@@ -108,8 +108,13 @@ class StepResult:
     metrics: dict[str, float]
 
 
+def passed(episodes: list[Episode]) -> list[int]:
+    """1 for each episode that passed every hidden test, else 0."""
+    return [int(ep.reward >= 1.0) for ep in episodes]
+
+
 def pass_rate(episodes: list[Episode]) -> float:
-    return float(np.mean([ep.reward >= 1.0 for ep in episodes])) if episodes else 0.0
+    return float(np.mean(passed(episodes))) if episodes else 0.0
 
 
 def episode_stats(episodes: list[Episode]) -> dict[str, float]:
@@ -290,7 +295,7 @@ def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1,
     lo, hi = wilson(p, n)
     out = dict(episode_stats(episodes), n=n, tasks=len(task_ids), pass_rate=p, ci95_low=lo, ci95_high=hi)
     if outcomes:
-        out["passed"] = [int(ep.reward >= 1.0) for ep in episodes]
+        out["passed"] = passed(episodes)
     return out
 
 
