@@ -22,7 +22,7 @@ import numpy as np
 from flax import nnx
 
 from benchmarks.common import write_result
-from composer_jax.checkpoints.store import load_imported
+from composer_jax.checkpoints.store import load_imported, shapes
 from composer_jax.config_loading import load_config
 from composer_jax.harness.protocol import Message, render_conversation
 from composer_jax.model import ModelConfig, init_cache
@@ -74,7 +74,7 @@ def main():
     config = load_config(args.config)
     imported = load_imported(config.checkpoint_dir)
     expected = ModelConfig.from_config(config.model)
-    if dataclass_shapes(imported.cfg) != dataclass_shapes(expected):
+    if shapes(imported.cfg) != shapes(expected):
         raise SystemExit(f"{config.checkpoint_dir} holds a different model than {args.config}")
     tok, batch, max_new = imported.tokenizer, config.sample.batch_size, config.sample.max_new_tokens
     stop_ids = tuple(sorted({tok.eos_id, tok.pad_id}))
@@ -138,11 +138,6 @@ def read_log(path: str) -> dict[str, dict]:
     except json.JSONDecodeError as e:
         raise SystemExit(f"{path}: not a humaneval progress log ({e}); delete it or drop --resume")
     return {r["task_id"]: r for r in rows}
-
-
-def dataclass_shapes(cfg: ModelConfig) -> tuple:
-    return (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
-            cfg.d_ff, cfg.qkv_bias, cfg.tie_embeddings, cfg.rope_base)
 
 
 if __name__ == "__main__":

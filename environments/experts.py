@@ -20,6 +20,9 @@ from composer_jax.grading.task import Task
 from composer_jax.harness.protocol import Message, format_tool_call
 
 
+HINT_CONTEXT = 3  # lines read either side of a hinted bug line
+
+
 class NoExpertError(ValueError):
     """The task has no reference solution to demonstrate."""
 
@@ -68,7 +71,12 @@ def expert_plan(task: Task, *, verify: bool = False, lines_per_read: int = 60) -
                             "experts cover BugFix, Implement's HumanEval split and LongHorizon")
     reference = json.loads(task.metadata["reference_files"])
     reads = json.loads(task.metadata.get("read_order", "null")) or sorted(reference)
-    actions = [a for p in reads for a in _read_actions(task, p, lines_per_read)]
+    if "hint_line" in task.metadata:  # the prompt names the line: read around it, as a person would
+        line, (path,) = int(task.metadata["hint_line"]), reads
+        actions = [format_tool_call("read_file", path=path, start_line=max(1, line - HINT_CONTEXT),
+                                    end_line=line + HINT_CONTEXT)]
+    else:
+        actions = [a for p in reads for a in _read_actions(task, p, lines_per_read)]
     for path, content in sorted(reference.items()):
         # A new file, or LongHorizon's config to fill in, is written whole, as a person would.
         if path not in task.files or "read_order" in task.metadata:

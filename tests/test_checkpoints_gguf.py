@@ -145,3 +145,39 @@ def test_unsupported_architecture_quantisation_and_tokenizer_size(tmp_path):
     write_tiny_gguf(tmp_path / "vocab.gguf", extra_tokens=5)
     with pytest.raises(ConfigError, match=f"tokenizer has {VOCAB + 5} tokens .* expected at most {VOCAB}"):
         import_gguf(tmp_path / "vocab.gguf")
+
+
+def test_imported_model_drives_the_agent_loop(tiny_gguf, tmp_path):
+    """rl.init_from and rl.tokenizer pointing at an imported checkpoint: the run starts from its
+    weights, and the harness speaks its chat template, so the expert's tool calls (teacher-forced
+    through the model) reach the environment and solve the task."""
+    import dataclasses
+
+    import jax
+    import ml_collections
+    from flax import nnx
+
+    from composer_jax.checkpoints.store import save_imported
+    from composer_jax.config_loading import load_config
+    from composer_jax.rl.train import build, demo_policy, task_ids
+
+    imported = import_gguf(tiny_gguf)
+    save_imported(tmp_path / "ckpt", imported)
+    c = load_config("configs/tiny.py:test")
+    c.model = ml_collections.ConfigDict(dict(dataclasses.asdict(imported.cfg), max_seq_len=2048))
+    c.rl.update(tokenizer=str(tmp_path / "ckpt" / "tokenizer.json"), env_id="composer/BugFix-v0",
+                system_prompt="Tools: read_file, edit_file, submit.")  # few merges: keep the prompt short
+    c.rl.suite_options = dict(max_bugs=1, hint_line=True)
+    c.rollout.update(window=2048, turn_budget=512, summary_budget=64, slots=8, prefill_buckets=(256, 1024))
+    run = build(c, c.rl.optim, init_from=str(tmp_path / "ckpt"), make_policy=demo_policy(c.rl))
+    assert run.tokenizer.special_text["<|assistant|>"] == "<|im_start|>assistant\n"
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                 nnx.to_pure_dict(run.engine.params), nnx.to_pure_dict(imported.state))
+    (ep,) = run.loop.run([{"options": {"task_id": task_ids(c.rl, "validation")[0]}}])
+    run.loop.close()
+    assert ep.reward == 1.0 and ep.end_reason == "submit", (ep.flags, ep.info)
+    text = run.tokenizer.decode(ep.segments[0].all_tokens)
+    assert text.startswith("<|im_start|>system\n") and "<|im_start|>assistant\n<tool_call>" in text
+    with pytest.raises(ConfigError, match="different model than config.model"):
+        c.model.d_model = 32
+        build(c, c.rl.optim, init_from=str(tmp_path / "ckpt"))

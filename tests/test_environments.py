@@ -1,5 +1,6 @@
 """The Gymnasium environments end to end: real sandbox, real grader, scripted experts."""
 import concurrent.futures
+import json
 
 import gymnasium as gym
 import pytest
@@ -44,6 +45,20 @@ def test_expert_solves_multi_file_repo_tasks():
     for task_id in picks:
         assert run_plan(env, expert_plan, task_id=task_id).reward == 1.0, task_id
         assert run_plan(env, null_plan, task_id=task_id).reward == 0.0, task_id
+    env.close()
+
+
+def test_expert_reads_around_a_hinted_line():
+    env = gym.make("composer/BugFix-v0", split="validation", suite_options={"max_bugs": 1, "hint_line": True})
+    suite = env.unwrapped.suite
+    for task_id in suite.task_ids("validation")[::90][:3]:
+        task = suite.get(task_id)
+        line = int(task.metadata["hint_line"])
+        (path,) = json.loads(task.metadata["reference_files"])
+        read = format_tool_call("read_file", path=path, start_line=max(1, line - 3), end_line=line + 3)
+        t = run_plan(env, expert_plan, task_id=task_id)
+        assert t.turns[0][1] == read and t.reward == 1.0, task_id
+        assert f"{line:>5}\t" in t.turns[1][0]  # the hinted line is in what the expert read
     env.close()
 
 

@@ -24,11 +24,16 @@ from composer_jax.harness.tools import ToolConfig, Toolbox, read_file, resolve_p
 class CharTokenizer:
     """Stand-in tokenizer: specials take ids 0..10, every other character its code point + 100."""
 
+    special_text = {}
+
     def encode(self, text):
         return [ord(c) + 100 for c in text]
 
     def token_to_id(self, token):
         return st.SPECIAL_TOKENS.index(token)
+
+    def special_seq(self, token):
+        return (self.token_to_id(token),)
 
     def decode(self, ids):
         return "".join(st.SPECIAL_TOKENS[i] if i < 100 else chr(i - 100) for i in ids)

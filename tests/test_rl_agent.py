@@ -4,17 +4,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import tokenizers
 from flax import nnx
+from tokenizers import decoders, models, pre_tokenizers
 
 import environments  # noqa: F401 - registers the environments
+from composer_jax.checkpoints.chat_template import CHATML
 from composer_jax.config_loading import load_config
 from composer_jax.data.tokenizer import Tokenizer
-from composer_jax.harness.protocol import ToolCallError, parse_tool_call
+from composer_jax.harness import special_tokens as st
+from composer_jax.harness.protocol import Message, ToolCallError, encode_message, parse_tool_call
 from composer_jax.model import ModelConfig, Transformer
 from composer_jax.rl.agent import AgentLoop
 from composer_jax.rl.engine_host import RolloutEngine
 from composer_jax.rl.rollout_config import RolloutConfig
 from composer_jax.rl.scripted import ExpertPolicy, NoteChainPolicy
+from composer_jax.rl.summarize import SpecialIds
 from composer_jax.rl.trajectory import SEGMENT_END_REASONS
 
 TOY = RolloutConfig(window=512, summary_budget=16, turn_budget=8, slots=4, max_segments=4,
@@ -196,3 +201,60 @@ def test_scripted_summary_over_budget_is_cut_and_flagged(long_engine, tokenizer)
     assert "summary_overflow" in ep.flags and ep.reward == 1.0  # the cut kept the facts
     cut = ep.segments[0].turns[-1]
     assert cut.kind == "summary" and cut.end - cut.start == LONG.summary_budget
+
+
+@pytest.fixture(scope="module")
+def chatml_tokenizer():
+    """Bytes plus Qwen's template tokens and no harness tokens, as an imported pretrained model
+    has: `<|assistant|>`, `<|end_of_turn|>`, `<|summary|>` ... are each several ids."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = tokenizers.Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"])
+    return Tokenizer(tok, CHATML)
+
+
+def test_chat_template_tokenizer_runs_summaries_and_tool_calls(long_engine, chatml_tokenizer):
+    """The agent loop on a pretrained model's template: the note-chain policy still solves a task
+    over several segments, and every harness token reaches the model as the template's text."""
+    tok = chatml_tokenizer
+    assert len(tok.special_seq(st.ASSISTANT)) > 1 and len(tok.special_seq(st.SUMMARY_CLOSE)) > 1
+    ep = AgentLoop(long_engine, tok, LONG, longhorizon_env(hops=4, filler_lines=4),
+                   make_policy=NoteChainPolicy).run([{"options": {"task_index": 0}}])[0]
+    check_ended([ep])
+    assert ep.reward == 1.0 and ep.end_reason == "submit" and not ep.flags, (ep.flags, ep.info)
+    assert len(ep.segments) >= 3 and max(s.context_len for s in ep.segments) <= LONG.window
+    first, second = ep.segments[0], ep.segments[1]
+    summary = first.turns[-1]
+    body = tok.decode(first.tokens[summary.start:summary.end])
+    assert summary.kind == "summary" and body.endswith("<|im_end|>") and "</summary>" not in body
+    text = tok.decode(second.prompt)
+    assert "<|im_start|>assistant\n<summary>" + body[:-len("<|im_end|>")] + "</summary><|im_end|>\n" in text
+    raw = tok.decode(second.all_tokens)
+    assert "<|im_start|>user\n<tool_response>\n" in raw and '<tool_call>{"name": "read_file"' in raw
+    assert not any(t in raw for t in st.SPECIAL_TOKENS)  # no harness token leaks into the model's text
+    assert tok.decode_harness(second.all_tokens).count(st.TOOL_CALL_OPEN) == raw.count("<tool_call>")
+
+
+def test_chat_template_stops_and_summary_close(chatml_tokenizer):
+    """Generation stops on single ids only: ChatML's <|im_end|> is both EOS and the end of a
+    turn (a turn, not an episode, ends there), and a summary written with its multi-id close
+    keeps only its body."""
+    ids = SpecialIds.from_tokenizer(chatml_tokenizer)
+    assert ids.eos == ids.end_of_turn and ids.end_reason(ids.end_of_turn, 3, 8) == "end_of_turn"
+    assert ids.end_of_turn_tail == tuple(chatml_tokenizer.encode("\n"))
+    assert ids.summary_stops[0] == ids.end_of_turn  # "</summary>" is several ids: stop at <|im_end|>
+    body = chatml_tokenizer.encode("key `k`")
+    closed = [*body, *ids.summary_close, ids.end_of_turn]
+    assert ids.summary_body(closed, "end_of_turn") == body
+    assert ids.summary_body([*body, ids.end_of_turn], "end_of_turn") == body
+    assert ids.summary_body(body, "budget") == body
+    system, _ = encode_message(Message("system", f"Call tools as {st.TOOL_CALL_OPEN}...{st.TOOL_CALL_CLOSE}"),
+                               chatml_tokenizer)
+    assert "Call tools as <tool_call>...</tool_call><|im_end|>" in chatml_tokenizer.decode(system)
+    tool, _ = encode_message(Message("tool", f"file says {st.TOOL_CALL_OPEN}"), chatml_tokenizer)
+    assert st.TOOL_CALL_OPEN not in chatml_tokenizer.decode(tool)  # untrusted text stays escaped
+    msg, mask = encode_message(Message("assistant", "hi"), chatml_tokenizer)
+    assert chatml_tokenizer.decode(msg) == "<|im_start|>assistant\nhi<|im_end|>\n"
+    assert [chatml_tokenizer.decode([t]) for t, m in zip(msg, mask) if m] == ["h", "i", "<|im_end|>"]

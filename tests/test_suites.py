@@ -147,6 +147,19 @@ def test_unknown_ids_and_options_are_clear_errors(bugfix_suite):
         bugfix_suite.task_ids("test")
 
 
+def test_bugfix_single_bug_tier_names_the_line(bugfix_suite):
+    hinted = make_suite("BugFix", max_bugs=1, hint_line=True)
+    val = hinted.task_ids("validation")
+    assert set(val) == {i for i in bugfix_suite.task_ids("validation") if "+" not in i.rsplit("/", 1)[1]}
+    task, plain = hinted.get(val[0]), bugfix_suite.get(val[0])
+    line = int(task.metadata["hint_line"])
+    (path,) = json.loads(task.metadata["reference_files"])
+    assert task.prompt == plain.prompt + f" The bug is at or next to line {line} of `{path}`."
+    assert "hint_line" not in plain.metadata and task.files == plain.files
+    with pytest.raises(ValueError, match="max_bugs must be 1 or 2"):
+        make_suite("BugFix", max_bugs=3)
+
+
 @pytest.fixture(scope="module")
 def implement_suite():
     return make_suite("Implement")

@@ -30,6 +30,12 @@ def save_imported(directory: str | os.PathLike, imported: Imported) -> None:
         (directory / "special_text.json").write_text(json.dumps(imported.tokenizer.special_text, indent=1))
 
 
+def shapes(cfg: ModelConfig) -> tuple:
+    """What must agree for a checkpoint's params to fit a model (runtime fields may differ)."""
+    return (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
+            cfg.d_ff, cfg.qkv_bias, cfg.tie_embeddings, cfg.rope_base)
+
+
 def load_model_config(directory: str | os.PathLike, **overrides) -> ModelConfig:
     path = pathlib.Path(directory) / "model.json"
     if not path.is_file():

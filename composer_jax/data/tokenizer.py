@@ -11,8 +11,10 @@ No normaliser and no added prefix space, so nothing is lost or inserted.
 
 A pretrained tokenizer (e.g. Qwen's) has no harness tokens; `special_text` maps each onto the
 model's own chat-template text (`<|user|>` -> "<|im_start|>user\n"). `encode_with_specials`
-then renders harness text in the model's template, and `token_to_id` answers for every harness
-token whose mapped text is one token (EOS, tool-call tags); the others are multi-token.
+then renders harness text in the model's template, `special_seq` gives any harness token's ids
+(one or several), `token_to_id` answers for the harness tokens whose mapped text is one token
+(EOS, tool-call tags), and `decode_harness` maps the template text back to harness tokens (what
+the environment parses).
 """
 import hashlib
 import json
@@ -113,6 +115,20 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._plain.decode(list(ids), skip_special_tokens=False)
+
+    def decode_harness(self, ids: Sequence[int]) -> str:
+        """`decode`, with the model's template text turned back into harness tokens (longest
+        first: "<|im_end|>\n" is END_OF_TURN before "<|im_end|>" is EOS)."""
+        text = self.decode(ids)
+        for token, mapped in sorted(self.special_text.items(), key=lambda kv: -len(kv[1])):
+            text = text.replace(mapped, token)
+        return text
+
+    def special_seq(self, token: str) -> tuple[int, ...]:
+        """The ids a harness token stands for: one reserved id, or a pretrained model's template."""
+        if token in self.special_text:
+            return tuple(self._harness.encode(self.special_text[token], add_special_tokens=False).ids)
+        return (self.token_to_id(token),)
 
     def token_to_id(self, token: str) -> int:
         if token in self.special_text:

@@ -64,9 +64,13 @@ class ToolCallError:
 
 
 class Tokenizer(Protocol):
+    special_text: dict[str, str]  # harness token -> a pretrained model's template text ({} for ours)
+
     def encode(self, text: str) -> list[int]: ...
 
     def token_to_id(self, token: str) -> int: ...
+
+    def special_seq(self, token: str) -> tuple[int, ...]: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,7 +142,7 @@ def encode_text_with_specials(text: str, tokenizer: Tokenizer) -> list[int]:
     ids: list[int] = []
     for piece in _split_on_special_tokens(text):
         if piece in st.SPECIAL_TOKENS:
-            ids.append(tokenizer.token_to_id(piece))
+            ids.extend(tokenizer.special_seq(piece))
         else:
             ids.extend(tokenizer.encode(piece))
     return ids
@@ -146,16 +150,21 @@ def encode_text_with_specials(text: str, tokenizer: Tokenizer) -> list[int]:
 
 def encode_message(message: Message, tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
     """(ids, trainable) for one turn. `trainable` is 1 on what the assistant generated: its
-    content and closing end-of-turn, never the role token that the harness inserts."""
-    role_id = tokenizer.token_to_id(ROLE_TOKENS[message.role])
-    end_id = tokenizer.token_to_id(st.END_OF_TURN)
+    content and the first id of its end-of-turn (where generation stops), never the role ids
+    that the harness inserts nor the rest of a multi-id end-of-turn, which the harness appends."""
+    role = tokenizer.special_seq(ROLE_TOKENS[message.role])
+    end = tokenizer.special_seq(st.END_OF_TURN)
     if message.role == "assistant":
         body = encode_text_with_specials(message.content, tokenizer)
     else:
-        body = tokenizer.encode(escape_special_tokens(message.content)) if message.content else []
-    ids = [role_id, *body, end_id]
+        text = message.content
+        if message.role in ("system", "user"):  # harness-written: name tokens as the model knows them
+            for token, mapped in tokenizer.special_text.items():
+                text = text.replace(token, mapped)
+        body = tokenizer.encode(escape_special_tokens(text)) if text else []
+    ids = [*role, *body, *end]
     flag = 1 if message.role == "assistant" else 0
-    return ids, [0] + [flag] * (len(body) + 1)
+    return ids, [0] * len(role) + [flag] * (len(body) + 1) + [0] * (len(end) - 1)
 
 
 def encode_conversation(
@@ -169,8 +178,9 @@ def encode_conversation(
         ids += m_ids
         mask += m_mask
     if add_generation_prompt:
-        ids.append(tokenizer.token_to_id(st.ASSISTANT))
-        mask.append(0)
+        prompt = tokenizer.special_seq(st.ASSISTANT)
+        ids += prompt
+        mask += [0] * len(prompt)
     return ids, mask
 
 

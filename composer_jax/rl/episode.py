@@ -103,7 +103,7 @@ def run_episode(ctx: EpisodeContext) -> Generator[Any, Any, Episode]:
     carried: list[int] | None = None  # an observation held back to open the next segment
 
     def context_text(extra: list[int]) -> str:
-        return tok.decode(seg.all_tokens + extra)
+        return tok.decode_harness(seg.all_tokens + extra)
 
     def policy_tokens(text: str, budget: int, close: int, add_close: bool) -> list[int]:
         """A scripted turn's ids: up to its closing token (added to a summary), cut to budget."""
@@ -145,7 +145,7 @@ def run_episode(ctx: EpisodeContext) -> Generator[Any, Any, Episode]:
                                              ids.summary_stops)
             if reason in ("budget", "no_stop"):
                 ep.flag("summary_overflow")
-            body = tokens[:-1] if reason not in ("budget", "no_stop") else tokens
+            body = ids.summary_body(tokens, reason)
             seg.end_reason = "summary_reset"
             seg = Segment(prompt=summarize.reset_prompt(base, body, ids))
             ep.segments.append(seg)
@@ -156,12 +156,12 @@ def run_episode(ctx: EpisodeContext) -> Generator[Any, Any, Episode]:
                 pending, carried = _fit(carried, room, ids, ep), None
         if ep.turns >= rollout.max_turns:
             return ep.finish("max_turns")
-        tokens, reason = yield from turn("action", [ids.assistant], rollout.turn_budget, ids.turn_stops)
+        tokens, reason = yield from turn("action", list(ids.assistant), rollout.turn_budget, ids.turn_stops)
         ep.turns += 1
         if reason == "budget":
             ep.flag("turn_truncated")
-        pending = [] if reason == "end_of_turn" else [ids.end_of_turn]
-        result = yield EnvStep(tok.decode(tokens))
+        pending = list(ids.end_of_turn_tail if reason == "end_of_turn" else ids.end_of_turn_seq)
+        result = yield EnvStep(tok.decode_harness(tokens))
         if isinstance(result, BaseException):
             return _env_error(ep, result)
         observation, reward, terminated, truncated, info = result
@@ -187,8 +187,8 @@ def _fit(obs_ids: list[int], room: int, ids: summarize.SpecialIds, ep: Episode) 
     if len(obs_ids) <= room:
         return obs_ids
     ep.flag("observation_truncated")
-    keep = room - len(ids.truncation_marker) - 1
-    return obs_ids[:keep] + list(ids.truncation_marker) + [ids.end_of_turn]
+    keep = room - len(ids.truncation_marker) - len(ids.end_of_turn_seq)
+    return obs_ids[:keep] + list(ids.truncation_marker) + list(ids.end_of_turn_seq)
 
 
 def _env_error(ep: Episode, error: BaseException) -> Episode:

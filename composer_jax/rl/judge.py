@@ -154,7 +154,7 @@ def episode_summaries(ep: Episode, tokenizer) -> list[str]:
     for seg in ep.segments:
         for turn in seg.turns:
             if turn.kind == "summary":
-                body = tokenizer.decode(seg.tokens[turn.start:turn.end])
+                body = tokenizer.decode_harness(seg.tokens[turn.start:turn.end])
                 out.append(body.replace(st.SUMMARY_CLOSE, "").strip())
     return out
 

@@ -17,25 +17,34 @@ from composer_jax.rl.rollout_config import RolloutConfig
 
 @dataclasses.dataclass(frozen=True)
 class SpecialIds:
-    """Harness token ids and the fixed token sequences the agent loop appends."""
-    assistant: int
-    end_of_turn: int
+    """Harness token ids and the fixed token sequences the agent loop appends. With a pretrained
+    chat template a harness token may be several ids (`<|assistant|>` -> "<|im_start|>assistant\n");
+    generation stops only on single ids, so a multi-id summary close is stripped from the body
+    and the turn ends at the end-of-turn id instead."""
+    assistant: tuple[int, ...]  # the generation prompt before every policy turn
+    end_of_turn: int  # the id a turn stops on
+    end_of_turn_tail: tuple[int, ...]  # what the harness appends after it (ChatML's "\n")
     eos: int
     tool_call_close: int
-    summary_open: int
-    summary_close: int
-    request: tuple[int, ...]  # summarise instruction turn + "<|assistant|><|summary|>"
+    summary_open: tuple[int, ...]
+    summary_close: tuple[int, ...]
+    request: tuple[int, ...]  # summarise instruction turn + generation prompt + summary open
     truncation_marker: tuple[int, ...]  # ends an observation cut to fit the window
 
     @classmethod
     def from_tokenizer(cls, tok) -> SpecialIds:
-        ids = {name: tok.token_to_id(token) for name, token in dict(
-            assistant=st.ASSISTANT, end_of_turn=st.END_OF_TURN, eos=st.EOS,
-            tool_call_close=st.TOOL_CALL_CLOSE, summary_open=st.SUMMARY_OPEN,
-            summary_close=st.SUMMARY_CLOSE).items()}
+        end_of_turn = tok.special_seq(st.END_OF_TURN)
+        assistant, summary_open = tok.special_seq(st.ASSISTANT), tok.special_seq(st.SUMMARY_OPEN)
         request, _ = encode_message(Message("user", SUMMARIZE_INSTRUCTION), tok)
-        return cls(**ids, request=(*request, ids["assistant"], ids["summary_open"]),
+        return cls(assistant=assistant, end_of_turn=end_of_turn[0], end_of_turn_tail=end_of_turn[1:],
+                   eos=tok.token_to_id(st.EOS), tool_call_close=tok.token_to_id(st.TOOL_CALL_CLOSE),
+                   summary_open=summary_open, summary_close=tok.special_seq(st.SUMMARY_CLOSE),
+                   request=(*request, *assistant, *summary_open),
                    truncation_marker=tuple(tok.encode("\n[observation truncated to fit the context window]")))
+
+    @property
+    def end_of_turn_seq(self) -> tuple[int, ...]:
+        return (self.end_of_turn, *self.end_of_turn_tail)
 
     @property
     def turn_stops(self) -> tuple[int, ...]:
@@ -43,19 +52,27 @@ class SpecialIds:
 
     @property
     def summary_stops(self) -> tuple[int, ...]:
-        return self.summary_close, self.end_of_turn, self.eos
+        return self.summary_close[-1] if len(self.summary_close) == 1 else self.end_of_turn, self.end_of_turn, self.eos
 
     def end_reason(self, last_token: int | None, n: int, budget: int) -> str:
-        names = {self.tool_call_close: "tool_call", self.end_of_turn: "end_of_turn", self.eos: "eos",
-                 self.summary_close: "summary_close"}
+        names = {self.eos: "eos", self.tool_call_close: "tool_call", self.end_of_turn: "end_of_turn"}
+        if len(self.summary_close) == 1:
+            names[self.summary_close[0]] = "summary_close"
         if last_token in names:
             return names[last_token]
         return "budget" if n >= budget else "no_stop"
 
+    def summary_body(self, tokens: list[int], reason: str) -> list[int]:
+        """The summary's own ids: without the stop id, and without a multi-id close the policy
+        wrote before stopping (the reset prompt adds the close back)."""
+        body = tokens if reason in ("budget", "no_stop") else tokens[:-1]
+        n = len(self.summary_close)
+        return body[:-n] if n > 1 and body[-n:] == list(self.summary_close) else body
+
 
 def reserve(rollout: RolloutConfig, ids: SpecialIds) -> int:
     """Context kept free at all times so a summary can still be requested and written."""
-    return len(ids.request) + rollout.summary_budget + 1  # + the end_of_turn closing a turn
+    return len(ids.request) + rollout.summary_budget + len(ids.end_of_turn_seq)  # + closing a turn
 
 
 def turn_limit(rollout: RolloutConfig, ids: SpecialIds) -> float:
@@ -68,11 +85,13 @@ def needs_summary(context_len: int, rollout: RolloutConfig, ids: SpecialIds) -> 
 
 
 def reset_prompt(base: list[int], body: list[int], ids: SpecialIds) -> list[int]:
-    return [*base, ids.assistant, ids.summary_open, *body, ids.summary_close, ids.end_of_turn]
+    return [*base, *ids.assistant, *ids.summary_open, *body, *ids.summary_close, *ids.end_of_turn_seq]
 
 
 def max_prompt_len(rollout: RolloutConfig, ids: SpecialIds) -> int:
     """Longest system + task prompt that still leaves room, after a reset with a full-length
     summary, for one turn, the next summary and a (truncated) observation."""
-    return (rollout.window - reserve(rollout, ids) - 1 - rollout.turn_budget
-            - (rollout.summary_budget + 4) - (len(ids.truncation_marker) + 2))
+    reset = len(ids.assistant) + len(ids.summary_open) + rollout.summary_budget + len(ids.summary_close)
+    observation = len(ids.truncation_marker) + 1 + len(ids.end_of_turn_seq)
+    return (rollout.window - reserve(rollout, ids) - len(ids.assistant) - rollout.turn_budget
+            - (reset + len(ids.end_of_turn_seq)) - observation)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import pathlib
 import time
 
@@ -20,6 +21,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from composer_jax.checkpoints import store
 from composer_jax.config_loading import load_config
 from composer_jax.data.tokenizer import Tokenizer
 from composer_jax.errors import ConfigError
@@ -76,7 +78,13 @@ def rollout_config(config, **overrides) -> RolloutConfig:
 
 
 def load_tokenizer(rl_cfg) -> Tokenizer:
-    return Tokenizer.load(rl_cfg.tokenizer) if rl_cfg.tokenizer else Tokenizer.byte_level()
+    """rl.tokenizer's tokenizer.json; an imported model's (a `special_text.json` beside it) comes
+    with its chat template, so the harness speaks the template the model was tuned on."""
+    if not rl_cfg.tokenizer:
+        return Tokenizer.byte_level()
+    template = pathlib.Path(rl_cfg.tokenizer).with_name("special_text.json")
+    special_text = json.loads(template.read_text()) if template.is_file() else None
+    return Tokenizer.load(rl_cfg.tokenizer, special_text)
 
 
 @dataclasses.dataclass
@@ -111,6 +119,14 @@ def build(config, optim_cfg, *, init_from: str = "", make_policy=None) -> Run:
 
 
 def load_params(config, directory: str, model_cfg, mesh, tx) -> nnx.State:
+    """The params under `directory`: a checkpoints directory of this codebase, or an imported
+    pretrained model (`model.json` + `params/`, e.g. from checkpoints.qwen_setup)."""
+    if (pathlib.Path(directory) / "model.json").is_file():
+        imported_cfg = store.load_model_config(directory)
+        if store.shapes(imported_cfg) != store.shapes(model_cfg):
+            raise ConfigError(f"{directory} holds a different model than config.model: "
+                              f"{store.shapes(imported_cfg)} vs {store.shapes(model_cfg)}")
+        return store.load_imported(directory, mesh).state
     ckpt = Checkpointer(directory, config, keep=1, async_save=False)
     restored = ckpt.restore_latest(abstract_train_state(model_cfg, mesh, tx))
     ckpt.close()

@@ -22,7 +22,7 @@ def _clip(text: str, max_chars: int) -> str:
 
 def carried_summary(segment: Segment, tokenizer) -> str | None:
     """The summary a reset put into this segment's prompt (None for the first segment)."""
-    prompt = tokenizer.decode(segment.prompt)
+    prompt = tokenizer.decode_harness(segment.prompt)
     if st.SUMMARY_OPEN not in prompt:
         return None
     body = prompt.rsplit(st.SUMMARY_OPEN, 1)[1]
@@ -34,11 +34,11 @@ def stream_blocks(segment: Segment, tokenizer) -> list[tuple[str, str]]:
     blocks, cursor = [], 0
     for turn in segment.turns:
         if turn.start > cursor:
-            blocks.append(("env", tokenizer.decode(segment.tokens[cursor:turn.start])))
-        blocks.append((f"policy {turn.kind}", tokenizer.decode(segment.tokens[turn.start:turn.end])))
+            blocks.append(("env", tokenizer.decode_harness(segment.tokens[cursor:turn.start])))
+        blocks.append((f"policy {turn.kind}", tokenizer.decode_harness(segment.tokens[turn.start:turn.end])))
         cursor = turn.end
     if cursor < len(segment.tokens):
-        blocks.append(("env", tokenizer.decode(segment.tokens[cursor:])))
+        blocks.append(("env", tokenizer.decode_harness(segment.tokens[cursor:])))
     return blocks
 
 
@@ -52,7 +52,7 @@ def format_episode(episode: Episode, tokenizer, max_chars: int = 600) -> str:
                      f"tokens, {seg.policy_turns} policy turns, ended by {seg.end_reason} =====")
         summary = carried_summary(seg, tokenizer)
         if summary is None:
-            lines.append("[prompt] " + _clip(tokenizer.decode(seg.prompt), max_chars))
+            lines.append("[prompt] " + _clip(tokenizer.decode_harness(seg.prompt), max_chars))
         else:
             lines.append("[carried summary] " + _clip(summary, max_chars))
         for author, text in stream_blocks(seg, tokenizer):

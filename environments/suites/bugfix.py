@@ -142,10 +142,17 @@ class BugFixSuite(TaskSuite):
     name = "BugFix"
 
     def __init__(self, cache_dir: str | None = None, workers: int | None = None,
-                 validation_percent: int = 10):
+                 validation_percent: int = 10, max_bugs: int = 2, hint_line: bool = False):
+        """`max_bugs=1` keeps single-bug tasks only; `hint_line` names the (first) bug's line in
+        the prompt, as a traceback or a blame would: an easier tier for policies too small to
+        localise a bug by reading the code (the bug's kind and its fix are still theirs to find)."""
+        if max_bugs not in (1, 2):
+            raise ValueError(f"max_bugs must be 1 or 2, got {max_bugs!r}")
+        self.hint_line = bool(hint_line)
         built = load_records(cache_dir, workers)
         self.stats = {k: len(v) if isinstance(v, list) else v for k, v in built.items() if k != "records"}
-        self._records = {r["task_id"]: r for r in built["records"]}
+        self._records = {r["task_id"]: r for r in built["records"]
+                         if r["operator"].count("+") + 1 <= max_bugs}
         self._visible_broken = set(built["visible_broken"])
         self._tripwires_ok = set(built["tripwires_ok"])
         self._repos = {r.source_id: r for r in _all_sources()}
@@ -166,11 +173,15 @@ class BugFixSuite(TaskSuite):
         has_examples = bool(repo.visible_calls) and record["source_id"] not in self._visible_broken
         if repo.visible_calls and not has_examples:
             files.pop(sources.VISIBLE_TEST_FILE, None)
+        prompt = _prompt(repo, path, _function_at(repo.files[path], record["line"]), has_examples,
+                         bugs=record["operator"].count("+") + 1)
+        hint = {"hint_line": str(record["line"])} if self.hint_line else {}
+        if hint:
+            prompt += f" The bug is at or next to line {record['line']} of `{path}`."
         return Task(
             task_id=task_id,
             suite=self.name,
-            prompt=_prompt(repo, path, _function_at(repo.files[path], record["line"]), has_examples,
-                           bugs=record["operator"].count("+") + 1),
+            prompt=prompt,
             files=files,
             hidden_tests=dict(repo.hidden_tests),
             graded_tests=tuple(c.node_id for c in repo.hidden_calls),
@@ -182,6 +193,7 @@ class BugFixSuite(TaskSuite):
                 "line": str(record["line"]),
                 "fail_to_pass": json.dumps(record["failing"]),
                 "reference_files": json.dumps({path: repo.files[path]}),
+                **hint,
             },
         )
 
