@@ -108,12 +108,27 @@ def final_eval(c, policies: dict[str, pathlib.Path], ids: list[str]) -> dict:
     return out
 
 
+def eval_base(c, tasks: int, out: str, argv: list[str]) -> None:
+    """A pretrained base as it is, before SFT: does it follow the tool protocol at all?"""
+    from composer_jax.rl.train import task_ids
+
+    if not c.rl.init_from:
+        raise SystemExit("--eval_base: the config has no rl.init_from to evaluate")
+    ids = spread(task_ids(c.rl, "validation"), tasks)
+    t = time.perf_counter()
+    fe = final_eval(c, {"base": pathlib.Path(c.rl.init_from)}, ids)["base"]
+    write_result(out, dict(bench="rl_bugfix_eval_base", config=str(c.name), argv=argv, seed=int(c.seed),
+                           suite_options=dict(c.rl.suite_options), validation_tasks=len(ids),
+                           pass_rate=fe["pass_rate"], eval=fe, wall_s=time.perf_counter() - t))
+
+
 def main(argv=None):
-    from composer_jax.rl.learner import mcnemar
-    from composer_jax.rl.train import run_rl, task_ids
+    from composer_jax.config_loading import load_config
 
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", default="runs/rl_bugfix")
+    p.add_argument("--config", default="", help="e.g. configs/qwen_coder_0p5b.py:bugfix: a pretrained base "
+                   "(its own tokenizer, no warm-up; SFT starts from rl.init_from). Default: the tiny policy")
     p.add_argument("--quick", action="store_true")
     # 300 steps (rl_bench's) left copying at loss 4.6 on a 2k vocabulary; 1,500 reach 1e-4
     p.add_argument("--copy_warmup", type=int, default=1500, help="induction warm-up steps before SFT (0: none)")
@@ -121,25 +136,38 @@ def main(argv=None):
                    help="validation tasks for the final comparison (default: all of them)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override the config, e.g. --set seed=1 or --set rl.steps=12 (repeatable)")
+    p.add_argument("--eval_base", type=int, default=0, metavar="N",
+                   help="only evaluate the config's rl.init_from policy (no SFT, no RL) on N validation tasks")
     p.add_argument("--out", default=str(RESULT))
     args = p.parse_args(argv)
-    c = bench_config(args.quick)
+    c = load_config(args.config) if args.config else bench_config(args.quick)
     for item in args.set:
         rl_bench.apply_override(c, item)
-    c.rl.optim.steps = c.rl.steps
-    work = pathlib.Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
+    if args.eval_base:
+        eval_base(c, args.eval_base, args.out, sys.argv[1:] if argv is None else list(argv))
+        return
+    run_bench(c, pathlib.Path(args.workdir), copy_warmup=0 if args.config else args.copy_warmup,
+              final_eval_tasks=args.final_eval, out=args.out, argv=sys.argv[1:] if argv is None else list(argv))
 
+
+def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int, out: str, argv: list[str]) -> dict:
+    """Tokenizer (unless the config names one), warm-up, SFT from the warm-up or rl.init_from,
+    RL, and the paired final evaluation; returns the record written to `out`."""
+    from composer_jax.rl.learner import mcnemar
+    from composer_jax.rl.train import run_rl, task_ids
+
+    c.rl.optim.steps = c.rl.steps
+    work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    tok_path = work / "tokenizer.json"
-    if not tok_path.exists():
-        train_tokenizer(c, tok_path)
-    c.rl.tokenizer = str(tok_path)
-    init_from, warmup = "", None
-    if args.copy_warmup:
+    if not c.rl.tokenizer:
+        c.rl.tokenizer = str(work / "tokenizer.json")
+        if not pathlib.Path(c.rl.tokenizer).exists():
+            train_tokenizer(c, pathlib.Path(c.rl.tokenizer))
+    init_from, warmup = c.rl.init_from, None
+    if copy_warmup:
         init_from = str(work / "copy_warmup" / "checkpoints")
         if not pathlib.Path(init_from).exists():
-            warmup = rl_bench.copy_warmup(c, work / "copy_warmup", args.copy_warmup)
+            warmup = rl_bench.copy_warmup(c, work / "copy_warmup", copy_warmup)
             print("copy warm-up", warmup, flush=True)
     sft_dir, sft_record = work / "sft", work / "sft" / "sft.json"
     if not (sft_dir / "checkpoints").exists():
@@ -158,11 +186,11 @@ def main(argv=None):
     rl_out = run_rl(c, work / "rl", eval_ids=spread(all_val, int(c.rl.eval_tasks)))
     rl_s = time.perf_counter() - t1
 
-    ids = spread(all_val, args.final_eval or len(all_val))
+    ids = spread(all_val, final_eval_tasks or len(all_val))
     fe = final_eval(c, {"sft": sft_dir / "checkpoints", "rl": work / "rl" / "checkpoints"}, ids)
     evals = rl_out["evals"]
     record = dict(
-        bench="rl_bugfix_tiny", argv=sys.argv[1:] if argv is None else list(argv), seed=int(c.seed),
+        bench="rl_bugfix", config=str(c.name), argv=argv, seed=int(c.seed),
         suite="composer/BugFix-v0", suite_options=dict(c.rl.suite_options),
         train_tasks=len(task_ids(c.rl, "train")), validation_tasks=len(ids),
         before_rl_pass_rate=fe["sft"]["pass_rate"], after_rl_pass_rate=fe["rl"]["pass_rate"],
@@ -174,9 +202,10 @@ def main(argv=None):
                 eval_before=evals[min(evals)], eval_after=evals[max(evals)],
                 train_log=rl_bench.train_log(work / "rl")),
     )
-    write_result(args.out, record)
+    write_result(out, record)
     print(json.dumps({k: record[k] for k in ("before_rl_pass_rate", "after_rl_pass_rate", "paired_rl_vs_sft")}),
           flush=True)
+    return record
 
 
 if __name__ == "__main__":

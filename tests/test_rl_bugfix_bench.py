@@ -27,3 +27,10 @@ def test_config_is_the_hinted_single_bug_tier():
     assert dict(c.rl.suite_options) == {"max_bugs": 1, "hint_line": True}  # not merged with LongHorizon's
     assert c.rl.env_id == "composer/BugFix-v0" and c.rollout.max_segments == 1
     assert c.rl.row_len >= c.rollout.window <= c.model.max_seq_len
+
+
+def test_eval_base_needs_a_base():
+    from benchmarks.rl_bugfix_bench import main
+
+    with pytest.raises(SystemExit, match="no rl.init_from to evaluate"):
+        main(["--quick", "--eval_base", "2", "--out", ""])
