@@ -432,7 +432,6 @@ def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: 
     runs' own evaluation uses 32: too few to separate policies a few points apart), with each
     episode's outcome for paired comparisons. `known`: evaluations of the same policies already
     made (same seed and tasks, with outcomes), reused as they are."""
-    from composer_jax.rl.learner import evaluate
     from composer_jax.rl.train import task_ids
 
     ids = task_ids(c.rl, "validation")[:tasks]
@@ -448,14 +447,22 @@ def final_eval(c, work: pathlib.Path, arm_dirs: dict[str, pathlib.Path], tasks: 
             out[name] = done
             print(f"final eval {name}: pass {done['pass_rate']:.3f} (from {done['from_file']})", flush=True)
             continue
-        t = time.perf_counter()
-        loop = _policy_loop(run, str(ckpt), c.rl, rollout)
-        ev = evaluate(loop, ids, seed=int(c.seed) + 3_333, outcomes=True)
-        loop.close()
-        out[name] = ev | dict(wall_s=time.perf_counter() - t)
-        print(f"final eval {name}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.3f}, {ev['ci95_high']:.3f}] "
-              f"reward {ev['reward']:.3f} n={ev['n']}", flush=True)
+        out[name] = eval_policy(run, name, ckpt, c, ids, rollout)
     return out
+
+
+def eval_policy(run, name: str, checkpoints, c, ids: list[str], rollout: dict | None = None) -> dict:
+    """The params under `checkpoints` on `ids` (the final-evaluation seed), with each episode's
+    outcome and the wall time; printed."""
+    from composer_jax.rl.learner import evaluate
+
+    t = time.perf_counter()
+    loop = _policy_loop(run, str(checkpoints), c.rl, rollout)
+    ev = evaluate(loop, ids, seed=int(c.seed) + 3_333, outcomes=True)
+    loop.close()
+    print(f"final eval {name}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.3f}, {ev['ci95_high']:.3f}] "
+          f"reward {ev['reward']:.3f} n={ev['n']}", flush=True)
+    return ev | dict(wall_s=time.perf_counter() - t)
 
 
 def read_records(paths: list[str], flag: str) -> dict[str, dict]:

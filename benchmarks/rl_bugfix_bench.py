@@ -59,6 +59,7 @@ def train_tokenizer(c, path: pathlib.Path) -> None:
     the expert's tool calls (no episodes are run: the texts come from the tasks)."""
     from composer_jax.data.tokenizer import Tokenizer
     from composer_jax.harness.protocol import SUMMARIZE_INSTRUCTION
+    from composer_jax.harness.tools import numbered_lines
     from environments.experts import expert_plan
     from environments.suites import make_suite
 
@@ -66,8 +67,7 @@ def train_tokenizer(c, path: pathlib.Path) -> None:
     texts = [SUMMARIZE_INSTRUCTION, SYSTEM]
     for tid in suite.task_ids("train"):
         task = suite.get(tid)
-        numbered = ["\n".join(f"{n:>5}\t{line}" for n, line in enumerate(text.splitlines(), 1))
-                    for text in task.files.values()]
+        numbered = [numbered_lines(text.splitlines()) for text in task.files.values()]
         texts.append("\n".join([task.prompt, *numbered, *expert_plan(task)]))
     Tokenizer.train(texts, vocab_size=c.model.vocab_size).save(path)
 
@@ -94,17 +94,10 @@ def by_kind(ids: list[str], passed: list[int]) -> dict[str, dict]:
 
 
 def final_eval(c, policies: dict[str, pathlib.Path], ids: list[str]) -> dict:
-    from composer_jax.rl.learner import evaluate
-
     run, out = rl_bench._engine(c), {}
     for name, ckpt in policies.items():
-        t = time.perf_counter()
-        loop = rl_bench._policy_loop(run, str(ckpt), c.rl)
-        ev = evaluate(loop, ids, seed=int(c.seed) + 3_333, outcomes=True)
-        loop.close()
-        out[name] = ev | dict(wall_s=time.perf_counter() - t, by_kind=by_kind(ids, ev["passed"]))
-        print(f"final eval {name}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.3f}, {ev['ci95_high']:.3f}] "
-              f"n={ev['n']} ({out[name]['wall_s']:.0f} s)", flush=True)
+        ev = rl_bench.eval_policy(run, name, ckpt, c, ids)
+        out[name] = ev | dict(by_kind=by_kind(ids, ev["passed"]))
     return out
 
 

@@ -30,6 +30,13 @@ def save_imported(directory: str | os.PathLike, imported: Imported) -> None:
         (directory / "special_text.json").write_text(json.dumps(imported.tokenizer.special_text, indent=1))
 
 
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """A tokenizer.json, with the chat template of an imported model when `special_text.json`
+    sits beside it."""
+    template = pathlib.Path(path).with_name("special_text.json")
+    return Tokenizer.load(path, json.loads(template.read_text()) if template.is_file() else None)
+
+
 def shapes(cfg: ModelConfig) -> tuple:
     """What must agree for a checkpoint's params to fit a model (runtime fields may differ)."""
     return (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
@@ -56,8 +63,5 @@ def load_imported(directory: str | os.PathLike, mesh: jax.sharding.Mesh | None =
     with ocp.StandardCheckpointer() as ckpt:
         restored = ckpt.restore(directory / "params", nnx.to_pure_dict(abstract))
     nnx.replace_by_pure_dict(abstract, restored)
-    tokenizer = None
-    if (directory / "tokenizer.json").is_file():
-        special = json.loads((directory / "special_text.json").read_text())
-        tokenizer = Tokenizer.load(directory / "tokenizer.json", special)
+    tokenizer = load_tokenizer(directory / "tokenizer.json") if (directory / "tokenizer.json").is_file() else None
     return Imported(cfg, graphdef, abstract, tokenizer)

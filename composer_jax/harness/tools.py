@@ -101,6 +101,11 @@ def _read_text(root: str, path: str) -> tuple[str, str] | Observation:
         return _error(f"cannot read {path!r}: {e.strerror}")
 
 
+def numbered_lines(lines: list[str], start_line: int = 1) -> str:
+    """Lines as read_file shows them: the 1-based number right-aligned, a tab, the text."""
+    return "\n".join(f"{n:>5}\t{line}" for n, line in enumerate(lines, start_line))
+
+
 def read_file(
     root: str, path: str, start_line: int = 1, end_line: int | None = None, *, max_lines: int = 400
 ) -> Observation:
@@ -115,7 +120,7 @@ def read_file(
     if start_line < 1 or start_line > len(lines) or end_line < start_line:
         return _error(f"line range {start_line}..{end_line} is invalid; {path} has {len(lines)} lines")
     end_line = min(end_line, len(lines), start_line + max_lines - 1)
-    body = "\n".join(f"{n:>5}\t{lines[n - 1]}" for n in range(start_line, end_line + 1))
+    body = numbered_lines(lines[start_line - 1:end_line], start_line)
     if end_line < len(lines):
         body += f"\n[... lines {end_line + 1}..{len(lines)} not shown; pass start_line ...]"
     return Observation(body, ok=True)

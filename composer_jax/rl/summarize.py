@@ -47,17 +47,23 @@ class SpecialIds:
         return (self.end_of_turn, *self.end_of_turn_tail)
 
     @property
+    def summary_close_id(self) -> int | None:
+        """The summary close as one stop id, or None when it is several (stop at end of turn)."""
+        return self.summary_close[0] if len(self.summary_close) == 1 else None
+
+    @property
     def turn_stops(self) -> tuple[int, ...]:
         return self.tool_call_close, self.end_of_turn, self.eos
 
     @property
     def summary_stops(self) -> tuple[int, ...]:
-        return self.summary_close[-1] if len(self.summary_close) == 1 else self.end_of_turn, self.end_of_turn, self.eos
+        close = self.end_of_turn if self.summary_close_id is None else self.summary_close_id
+        return close, self.end_of_turn, self.eos
 
     def end_reason(self, last_token: int | None, n: int, budget: int) -> str:
         names = {self.eos: "eos", self.tool_call_close: "tool_call", self.end_of_turn: "end_of_turn"}
-        if len(self.summary_close) == 1:
-            names[self.summary_close[0]] = "summary_close"
+        if self.summary_close_id is not None:
+            names[self.summary_close_id] = "summary_close"
         if last_token in names:
             return names[last_token]
         return "budget" if n >= budget else "no_stop"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import pathlib
 import time
 
@@ -80,11 +79,7 @@ def rollout_config(config, **overrides) -> RolloutConfig:
 def load_tokenizer(rl_cfg) -> Tokenizer:
     """rl.tokenizer's tokenizer.json; an imported model's (a `special_text.json` beside it) comes
     with its chat template, so the harness speaks the template the model was tuned on."""
-    if not rl_cfg.tokenizer:
-        return Tokenizer.byte_level()
-    template = pathlib.Path(rl_cfg.tokenizer).with_name("special_text.json")
-    special_text = json.loads(template.read_text()) if template.is_file() else None
-    return Tokenizer.load(rl_cfg.tokenizer, special_text)
+    return store.load_tokenizer(rl_cfg.tokenizer) if rl_cfg.tokenizer else Tokenizer.byte_level()
 
 
 @dataclasses.dataclass

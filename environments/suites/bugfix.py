@@ -127,6 +127,11 @@ def _function_at(source: str, line: int) -> str:
     return best
 
 
+def _bugs(record: dict) -> int:
+    """Planted bugs in a record: a double mutant's operator is "a+b"."""
+    return record["operator"].count("+") + 1
+
+
 def _prompt(repo: sources.SourceRepo, path: str, function: str, has_examples: bool, bugs: int) -> str:
     fix = "Find and fix the bug" if bugs == 1 else f"There are {bugs} bugs in {path}; find and fix them"
     if repo.source_id.startswith("humaneval-"):
@@ -152,7 +157,7 @@ class BugFixSuite(TaskSuite):
         built = load_records(cache_dir, workers)
         self.stats = {k: len(v) if isinstance(v, list) else v for k, v in built.items() if k != "records"}
         self._records = {r["task_id"]: r for r in built["records"]
-                         if r["operator"].count("+") + 1 <= max_bugs}
+                         if _bugs(r) <= max_bugs}
         self._visible_broken = set(built["visible_broken"])
         self._tripwires_ok = set(built["tripwires_ok"])
         self._repos = {r.source_id: r for r in _all_sources()}
@@ -174,7 +179,7 @@ class BugFixSuite(TaskSuite):
         if repo.visible_calls and not has_examples:
             files.pop(sources.VISIBLE_TEST_FILE, None)
         prompt = _prompt(repo, path, _function_at(repo.files[path], record["line"]), has_examples,
-                         bugs=record["operator"].count("+") + 1)
+                         bugs=_bugs(record))
         hint = {"hint_line": str(record["line"])} if self.hint_line else {}
         if hint:
             prompt += f" The bug is at or next to line {record['line']} of `{path}`."
