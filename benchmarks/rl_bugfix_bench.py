@@ -1,6 +1,8 @@
 """RL on BugFix at tiny scale on CPU: does RL improve an SFT policy at fixing real code?
 
     python -m benchmarks.rl_bugfix_bench [--workdir runs/rl_bugfix] [--quick] [--set seed=1]
+    python -m benchmarks.rl_bugfix_bench --drills 3000 --set sft.demos=4096 --set sft.optim.steps=1000 \
+        --out benchmarks/results/rl_bugfix_drills.json    # the run that improves (README)
 
 The tier: single-bug BugFix tasks (HumanEval functions and the hand-written packages, one AST
 mutant each) whose prompt names the bug's line, as a traceback would (`hint_line`). On plain
@@ -9,8 +11,10 @@ by reading a whole file. With the line named, the bug's kind and its fix are sti
 to find, on validation functions it has never seen (the split is by source function).
 
 1. A 2k BPE trained on the train tasks' prompts, numbered files and expert actions.
-2. The copy warm-up of rl_bench, then SFT on `--sft_demos` expert demonstrations spread over the
-   train split (read the lines around the hint, one `edit_file`, submit).
+2. The copy warm-up of rl_bench, then SFT on `sft.demos` expert demonstrations spread over the
+   train split (read the lines around the hint, one `edit_file`, submit). `--drills N` adds N
+   standard-library drills to the train split (environments/suites/drills.py): with only the
+   tested tasks' ~150 functions the policy memorises them and fixes almost nothing unseen.
 3. RL from that checkpoint: positive-only GRPO (rl_bench's recipe), `--rl_steps` steps of
    groups_per_step x group_size episodes, graded by the hidden tests in the sandbox.
 4. The SFT and RL policies on every validation task, with each episode's outcome: pass rates with
@@ -65,7 +69,9 @@ def train_tokenizer(c, path: pathlib.Path) -> None:
 
     suite = make_suite("BugFix", **dict(c.rl.suite_options))
     texts = [SUMMARIZE_INSTRUCTION, SYSTEM]
-    for tid in suite.task_ids("train"):
+    # Drills left out: the tokenizer (and the warm-up trained on it) is the same with or without
+    # them, so runs with and without drills differ only in their SFT and RL data.
+    for tid in (t for t in suite.task_ids("train") if not t.startswith("bugfix-drill/")):
         task = suite.get(tid)
         numbered = [numbered_lines(text.splitlines()) for text in task.files.values()]
         texts.append("\n".join([task.prompt, *numbered, *expert_plan(task)]))
@@ -115,6 +121,35 @@ def eval_base(c, tasks: int, out: str, argv: list[str]) -> None:
                            pass_rate=fe["pass_rate"], eval=fe, wall_s=time.perf_counter() - t))
 
 
+def pool_seeds(records: dict[str, dict]) -> dict:
+    """Runs of several seeds with the same tier, budget and evaluation tasks pooled: each policy's
+    passes over all episodes, and McNemar RL vs SFT over the (task, seed) pairs."""
+    from composer_jax.rl.learner import mcnemar, wilson
+
+    def setting(rec):
+        rl = rec["rl"]
+        return (rec["suite_options"], rec["validation_tasks"], rl["steps"], rl["episodes_per_step"], rl["lr"],
+                rl["negative_weight"])
+
+    first_path, first = next(iter(records.items()))
+    for path, rec in records.items():
+        if setting(rec) != setting(first):
+            raise SystemExit(f"--pool: {path} ran with (suite options, validation tasks, steps, episodes/step, "
+                             f"lr, negative_weight) = {setting(rec)}, {first_path} with {setting(first)}")
+    seeds = [int(r["seed"]) for r in records.values()]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--pool: seeds {seeds} repeat: the same episodes would count twice")
+    out = dict(bench="rl_bugfix_pooled", files=list(records), seeds=seeds,
+               per_seed=[dict(seed=int(r["seed"]), before=r["before_rl_pass_rate"], after=r["after_rl_pass_rate"],
+                              paired=r["paired_rl_vs_sft"]) for r in records.values()])
+    passed = {name: sum((r["final_eval"][name]["passed"] for r in records.values()), []) for name in ("sft", "rl")}
+    for name, p in passed.items():
+        rate = sum(p) / len(p)
+        out[name] = dict(passes=sum(p), n=len(p), pass_rate=rate, ci95=list(wilson(rate, len(p))))
+    out["paired_rl_vs_sft"] = mcnemar(passed["rl"], passed["sft"])
+    return out
+
+
 def main(argv=None):
     from composer_jax.config_loading import load_config
 
@@ -127,13 +162,22 @@ def main(argv=None):
     p.add_argument("--copy_warmup", type=int, default=1500, help="induction warm-up steps before SFT (0: none)")
     p.add_argument("--final_eval", type=int, default=0, metavar="N",
                    help="validation tasks for the final comparison (default: all of them)")
+    p.add_argument("--drills", type=int, default=0, metavar="N",
+                   help="add N standard-library drills (environments/suites/drills.py) to the train split")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override the config, e.g. --set seed=1 or --set rl.steps=12 (repeatable)")
     p.add_argument("--eval_base", type=int, default=0, metavar="N",
                    help="only evaluate the config's rl.init_from policy (no SFT, no RL) on N validation tasks")
+    p.add_argument("--pool", nargs="+", default=[], metavar="RESULT_JSON",
+                   help="pool finished runs of different seeds into --out (nothing is trained)")
     p.add_argument("--out", default=str(RESULT))
     args = p.parse_args(argv)
+    if args.pool:
+        write_result(args.out, pool_seeds(rl_bench.read_records(args.pool, "--pool")))
+        return
     c = load_config(args.config) if args.config else bench_config(args.quick)
+    if args.drills:
+        c.rl.suite_options = dict(c.rl.suite_options, drills=args.drills)
     for item in args.set:
         rl_bench.apply_override(c, item)
     if args.eval_base:

@@ -1,4 +1,5 @@
 """The Gymnasium environments end to end: real sandbox, real grader, scripted experts."""
+import ast
 import concurrent.futures
 import json
 
@@ -248,4 +249,26 @@ def test_expert_pages_through_long_files():
     assert t.reward == 1.0
     assert len(t.turns) == 3 * 3 + 2  # three notes of 102 lines, 3 reads each; write; submit
     assert not any("truncated" in obs for obs, _ in t.turns)
+    env.close()
+
+
+def test_drill_is_graded_by_restoring_the_function():
+    """A drill's hidden test compares ASTs: any formatting of the original passes, extra code or a
+    forged test file does not."""
+    env = gym.make("composer/BugFix-v0", split="train", suite_options={"max_bugs": 1, "hint_line": True, "drills": 8})
+    suite = env.unwrapped.suite
+    drill_ids = [t for t in suite.task_ids("train") if t.startswith("bugfix-drill/")]
+    for task_id in drill_ids[:2]:
+        assert run_plan(env, expert_plan, task_id=task_id).reward == 1.0, task_id
+        assert run_plan(env, null_plan, task_id=task_id).reward == 0.0, task_id
+    task = suite.get(drill_ids[0])
+    (path, original), = json.loads(task.metadata["reference_files"]).items()
+    forged = "def test_function_restored():\n    pass\n"
+    for writes, expected in [({path: ast.unparse(ast.parse(original))}, 1.0),
+                             ({path: original + "\n\nEXTRA = 1\n"}, 0.0),
+                             ({"test_hidden.py": forged}, 0.0)]:
+        env.reset(options={"task_id": task.task_id})
+        for p, content in writes.items():
+            env.step(format_tool_call("write_file", path=p, content=content))
+        assert env.step(format_tool_call("submit"))[1] == expected, writes
     env.close()

@@ -34,3 +34,37 @@ def test_eval_base_needs_a_base():
 
     with pytest.raises(SystemExit, match="no rl.init_from to evaluate"):
         main(["--quick", "--eval_base", "2", "--out", ""])
+
+
+def test_drills_leave_the_tokenizer_unchanged(tmp_path):
+    """Runs with and without drills share the tokenizer (and so the copy warm-up trained on it)."""
+    from benchmarks.rl_bugfix_bench import train_tokenizer
+
+    c = bench_config(quick=True)
+    train_tokenizer(c, tmp_path / "plain.json")
+    c.rl.suite_options = dict(c.rl.suite_options, drills=200)
+    train_tokenizer(c, tmp_path / "drills.json")
+    assert (tmp_path / "plain.json").read_bytes() == (tmp_path / "drills.json").read_bytes()
+
+
+def _record(seed, sft, rl, steps=24):
+    from composer_jax.rl.learner import mcnemar
+
+    return dict(seed=seed, suite_options={"max_bugs": 1}, validation_tasks=len(sft),
+                rl=dict(steps=steps, episodes_per_step=96, lr=3e-4, negative_weight=0.0),
+                before_rl_pass_rate=sum(sft) / len(sft), after_rl_pass_rate=sum(rl) / len(rl),
+                paired_rl_vs_sft=mcnemar(rl, sft), final_eval=dict(sft=dict(passed=sft), rl=dict(passed=rl)))
+
+
+def test_pool_seeds_pairs_episodes_across_runs():
+    from benchmarks.rl_bugfix_bench import pool_seeds
+
+    a, b = _record(0, [1, 0, 0, 0], [1, 1, 1, 0]), _record(1, [0, 1, 0, 0], [0, 1, 0, 1])
+    out = pool_seeds({"a.json": a, "b.json": b})
+    assert out["sft"]["passes"] == 2 and out["rl"]["passes"] == 5 and out["rl"]["n"] == 8
+    assert out["paired_rl_vs_sft"] == dict(both=2, only_a=3, only_b=0, neither=3, p_value=0.25)
+    assert [s["seed"] for s in out["per_seed"]] == [0, 1]
+    with pytest.raises(SystemExit, match="seeds .* repeat"):
+        pool_seeds({"a.json": a, "c.json": _record(0, [0] * 4, [0] * 4)})
+    with pytest.raises(SystemExit, match="b.json ran with"):
+        pool_seeds({"a.json": a, "b.json": _record(1, [0] * 4, [0] * 4, steps=12)})

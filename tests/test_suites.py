@@ -160,6 +160,26 @@ def test_bugfix_single_bug_tier_names_the_line(bugfix_suite):
         make_suite("BugFix", max_bugs=3)
 
 
+def test_drills_join_the_train_split_only(bugfix_suite):
+    hinted = make_suite("BugFix", max_bugs=1, hint_line=True)
+    drilled = make_suite("BugFix", max_bugs=1, hint_line=True, drills=40)
+    extra = drilled.task_ids("train")[len(hinted.task_ids("train")):]
+    assert drilled.task_ids("train")[:len(hinted.task_ids("train"))] == hinted.task_ids("train")
+    assert drilled.task_ids("validation") == hinted.task_ids("validation")
+    assert len(set(extra)) == 40 and all(t.startswith("bugfix-drill/") for t in extra)
+    assert len({t.split("/")[1] for t in extra}) > 30  # spread over the library, not one module
+    task = drilled.get(extra[0])
+    (path, original), = json.loads(task.metadata["reference_files"]).items()
+    assert list(task.files) == [path] and path == task.prompt.split("`")[3]
+    assert ast.dump(ast.parse(task.files[path])) != ast.dump(ast.parse(original))
+    assert task.prompt.endswith(f"The bug is at or next to line {task.metadata['hint_line']} of `{path}`.")
+    assert "remove_statement" not in {drilled.get(t).metadata["operator"] for t in extra}
+    with pytest.raises(ValueError, match="drills must be a non-negative int"):
+        make_suite("BugFix", drills=-1)
+    with pytest.raises(ValueError, match="the standard library gives"):
+        make_suite("BugFix", drills=10**6)
+
+
 @pytest.fixture(scope="module")
 def implement_suite():
     return make_suite("Implement")

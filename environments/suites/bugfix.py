@@ -13,6 +13,7 @@ import zlib
 
 from composer_jax.grading.task import Task
 from environments.suites import cache, check_runner, mutations, sources
+from environments.suites import drills as drill_tasks
 from environments.suites.base import TaskSuite, check_split, parse_python, split_of
 from environments.suites.check_runner import Check
 
@@ -147,12 +148,16 @@ class BugFixSuite(TaskSuite):
     name = "BugFix"
 
     def __init__(self, cache_dir: str | None = None, workers: int | None = None,
-                 validation_percent: int = 10, max_bugs: int = 2, hint_line: bool = False):
+                 validation_percent: int = 10, max_bugs: int = 2, hint_line: bool = False, drills: int = 0):
         """`max_bugs=1` keeps single-bug tasks only; `hint_line` names the (first) bug's line in
         the prompt, as a traceback or a blame would: an easier tier for policies too small to
-        localise a bug by reading the code (the bug's kind and its fix are still theirs to find)."""
+        localise a bug by reading the code (the bug's kind and its fix are still theirs to find).
+        `drills`: that many standard-library drills (see drills.py), evenly spaced over all of
+        them, join the train split (never validation)."""
         if max_bugs not in (1, 2):
             raise ValueError(f"max_bugs must be 1 or 2, got {max_bugs!r}")
+        if not isinstance(drills, int) or drills < 0:
+            raise ValueError(f"drills must be a non-negative int, got {drills!r}")
         self.hint_line = bool(hint_line)
         built = load_records(cache_dir, workers)
         self.stats = {k: len(v) if isinstance(v, list) else v for k, v in built.items() if k != "records"}
@@ -164,12 +169,21 @@ class BugFixSuite(TaskSuite):
         self._splits = {s: [] for s in ("train", "validation")}
         for task_id, record in self._records.items():
             self._splits[split_of(record["source_id"], validation_percent)].append(task_id)
+        self._drills = {}
+        if drills:
+            pool = drill_tasks.load_records(cache_dir)
+            if drills > len(pool):
+                raise ValueError(f"drills={drills}, but the standard library gives {len(pool)}")
+            self._drills = {r["task_id"]: r for r in (pool[i * len(pool) // drills] for i in range(drills))}
+            self._splits["train"] += list(self._drills)
 
     def task_ids(self, split: str) -> list[str]:
         check_split(split)
         return list(self._splits[split])
 
     def get(self, task_id: str) -> Task:
+        if task_id in self._drills:
+            return self._drill_task(self._drills[task_id])
         record = self._records.get(task_id)
         if record is None:
             raise self.unknown(task_id)
@@ -178,11 +192,8 @@ class BugFixSuite(TaskSuite):
         has_examples = bool(repo.visible_calls) and record["source_id"] not in self._visible_broken
         if repo.visible_calls and not has_examples:
             files.pop(sources.VISIBLE_TEST_FILE, None)
-        prompt = _prompt(repo, path, _function_at(repo.files[path], record["line"]), has_examples,
-                         bugs=_bugs(record))
-        hint = {"hint_line": str(record["line"])} if self.hint_line else {}
-        if hint:
-            prompt += f" The bug is at or next to line {record['line']} of `{path}`."
+        prompt, hint = self._hinted(_prompt(repo, path, _function_at(repo.files[path], record["line"]),
+                                            has_examples, bugs=_bugs(record)), record["line"], path)
         return Task(
             task_id=task_id,
             suite=self.name,
@@ -202,3 +213,19 @@ class BugFixSuite(TaskSuite):
             },
         )
 
+    def _hinted(self, prompt: str, line: int, path: str) -> tuple[str, dict]:
+        """The prompt, with the bug's line named when `hint_line`; the metadata that goes with it."""
+        if not self.hint_line:
+            return prompt, {}
+        return prompt + f" The bug is at or next to line {line} of `{path}`.", {"hint_line": str(line)}
+
+    def _drill_task(self, record: dict) -> Task:
+        path = record["function"] + ".py"
+        prompt, hint = self._hinted(drill_tasks.prompt(record["function"], path), record["line"], path)
+        return Task(
+            task_id=record["task_id"], suite=self.name, prompt=prompt, files={path: record["source"]},
+            hidden_tests={drill_tasks.HIDDEN_TEST_FILE: drill_tasks.hidden_test(path, record["original"])},
+            graded_tests=(drill_tasks.GRADED_TEST,),
+            metadata={"source_id": "stdlib-drill", "operator": record["operator"], "line": str(record["line"]),
+                      "reference_files": json.dumps({path: record["original"]}), **hint},
+        )

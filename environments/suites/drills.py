@@ -1,0 +1,93 @@
+"""Bug-fix drills: small standard-library functions with one planted bug, for BugFix's train split.
+
+BugFix's tested sources give ~150 training functions: a small policy memorises them instead of
+learning the mechanics of a fix (read around the line, copy it, change one token). The standard
+library has thousands of small functions but no tests that run in isolation, so a drill's hidden
+test checks that the function was restored exactly (its AST equals the original's). That is
+strict, not lenient: an equivalent but different fix fails, and no other file can make it pass.
+Drills are training data only; validation stays BugFix's tested tasks.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+import random
+import sys
+import zlib
+
+from composer_jax.data.corpus import stdlib_root
+from environments.suites import cache, mutations
+from environments.suites.base import parse_python
+
+HIDDEN_TEST_FILE = "test_hidden.py"
+GRADED_TEST = f"{HIDDEN_TEST_FILE}::test_function_restored"
+MIN_LINES, MAX_LINES = 4, 30  # one read around the hinted line shows most of such a function
+MUTANTS_PER_FUNCTION = 2
+# Without tests or examples, a deleted statement is rarely implied by what is left: such a
+# drill would teach guessing, not fixing.
+SKIPPED_OPERATORS = {"remove_statement"}
+SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "lib2to3", "turtledemo"}
+
+
+def _stdlib_files() -> list[pathlib.Path]:
+    root = stdlib_root()
+    return sorted(p for p in root.rglob("*.py")
+                  if not SKIPPED_DIRS & set(p.relative_to(root).parts[:-1]))
+
+
+def _functions(path: pathlib.Path) -> list[tuple[str, str]]:
+    """(name, source) of the file's top-level functions of a drillable size."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = parse_python(text)
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    lines = text.splitlines(keepends=True)
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.decorator_list \
+                and not node.name.startswith("test") and MIN_LINES <= node.end_lineno - node.lineno + 1 <= MAX_LINES:
+            out.append((node.name, "".join(lines[node.lineno - 1:node.end_lineno])))
+    return out
+
+
+def build_records() -> list[dict]:
+    """Up to MUTANTS_PER_FUNCTION single mutants of each uniquely named stdlib function (the
+    first definition of a name in path order: a file is named after its function)."""
+    records, seen = [], set()
+    for path in _stdlib_files():
+        for name, source in _functions(path):
+            if name in seen or name in sys.stdlib_module_names:
+                continue
+            seen.add(name)
+            candidates = [m for m in mutations.mutants(source) if m.operator not in SKIPPED_OPERATORS]
+            if not candidates:
+                continue
+            picks = random.Random(zlib.crc32(name.encode())).sample(
+                range(len(candidates)), min(MUTANTS_PER_FUNCTION, len(candidates)))
+            for i in sorted(picks):
+                m = candidates[i]
+                records.append({"task_id": f"bugfix-drill/{name}/{m.operator}-{i}", "function": name,
+                                "operator": m.operator, "line": m.line, "original": source,
+                                "source": m.source})
+    return records
+
+
+def load_records(cache_dir: str | None = None) -> list[dict]:
+    key = cache.fingerprint([sys.version, str(stdlib_root()), *cache.file_bytes(mutations.__file__, __file__)])
+    return cache.cached_json("bugfix-drills", key, build_records, cache_dir)
+
+
+def hidden_test(path: str, original: str) -> str:
+    return (
+        "import ast\nimport pathlib\n\n"
+        f"ORIGINAL = {ast.dump(parse_python(original))!r}\n\n\n"
+        "def test_function_restored():\n"
+        f"    tree = ast.parse(pathlib.Path(__file__).with_name({path!r}).read_text())\n"
+        "    assert ast.dump(tree) == ORIGINAL\n"
+    )
+
+
+def prompt(function: str, path: str) -> str:
+    return (f"The function `{function}` in `{path}` has a bug. Find and fix the bug. Hidden tests will "
+            f"check `{function}` when you submit.")
