@@ -66,12 +66,13 @@ def train_tokenizer(c, path: pathlib.Path) -> None:
     from composer_jax.harness.tools import numbered_lines
     from environments.experts import expert_plan
     from environments.suites import make_suite
+    from environments.suites.drills import TASK_PREFIX
 
     suite = make_suite("BugFix", **dict(c.rl.suite_options))
     texts = [SUMMARIZE_INSTRUCTION, SYSTEM]
     # Drills left out: the tokenizer (and the warm-up trained on it) is the same with or without
     # them, so runs with and without drills differ only in their SFT and RL data.
-    for tid in (t for t in suite.task_ids("train") if not t.startswith("bugfix-drill/")):
+    for tid in (t for t in suite.task_ids("train") if not t.startswith(TASK_PREFIX)):
         task = suite.get(tid)
         numbered = [numbered_lines(text.splitlines()) for text in task.files.values()]
         texts.append("\n".join([task.prompt, *numbered, *expert_plan(task)]))
@@ -131,6 +132,9 @@ def pool_seeds(records: dict[str, dict]) -> dict:
         return (rec["suite_options"], rec["validation_tasks"], rl["steps"], rl["episodes_per_step"], rl["lr"],
                 rl["negative_weight"])
 
+    for path, rec in records.items():
+        if not {"rl", "final_eval", "suite_options", "seed"} <= set(rec):
+            raise SystemExit(f"--pool: {path} is not an rl_bugfix_bench result (no rl/final_eval/suite_options/seed)")
     first_path, first = next(iter(records.items()))
     for path, rec in records.items():
         if setting(rec) != setting(first):
@@ -172,6 +176,9 @@ def main(argv=None):
                    help="pool finished runs of different seeds into --out (nothing is trained)")
     p.add_argument("--out", default=str(RESULT))
     args = p.parse_args(argv)
+    if args.drills < 0:
+        p.error(f"--drills must be >= 0, got {args.drills}")
+    argv = sys.argv[1:] if argv is None else list(argv)
     if args.pool:
         write_result(args.out, pool_seeds(rl_bench.read_records(args.pool, "--pool")))
         return
@@ -181,10 +188,10 @@ def main(argv=None):
     for item in args.set:
         rl_bench.apply_override(c, item)
     if args.eval_base:
-        eval_base(c, args.eval_base, args.out, sys.argv[1:] if argv is None else list(argv))
+        eval_base(c, args.eval_base, args.out, argv)
         return
     run_bench(c, pathlib.Path(args.workdir), copy_warmup=0 if args.config else args.copy_warmup,
-              final_eval_tasks=args.final_eval, out=args.out, argv=sys.argv[1:] if argv is None else list(argv))
+              final_eval_tasks=args.final_eval, out=args.out, argv=argv)
 
 
 def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int, out: str, argv: list[str]) -> dict:

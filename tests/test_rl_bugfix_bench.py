@@ -68,3 +68,15 @@ def test_pool_seeds_pairs_episodes_across_runs():
         pool_seeds({"a.json": a, "c.json": _record(0, [0] * 4, [0] * 4)})
     with pytest.raises(SystemExit, match="b.json ran with"):
         pool_seeds({"a.json": a, "b.json": _record(1, [0] * 4, [0] * 4, steps=12)})
+
+
+def test_bad_pool_and_drills_input_are_clear_errors(tmp_path):
+    from benchmarks.rl_bugfix_bench import main
+
+    other = tmp_path / "rl_tiny.json"
+    other.write_text('{"ablation": {}}')
+    with pytest.raises(SystemExit, match="rl_tiny.json is not an rl_bugfix_bench result"):
+        main(["--pool", str(other), "--out", str(tmp_path / "p.json")])
+    with pytest.raises(SystemExit):
+        main(["--drills", "-3", "--quick", "--out", ""])
+    assert not (tmp_path / "p.json").exists()

@@ -19,6 +19,7 @@ from composer_jax.data.corpus import stdlib_root
 from environments.suites import cache, mutations
 from environments.suites.base import parse_python
 
+TASK_PREFIX = "bugfix-drill/"
 HIDDEN_TEST_FILE = "test_hidden.py"
 GRADED_TEST = f"{HIDDEN_TEST_FILE}::test_function_restored"
 MIN_LINES, MAX_LINES = 4, 30  # one read around the hinted line shows most of such a function
@@ -67,7 +68,7 @@ def build_records() -> list[dict]:
                 range(len(candidates)), min(MUTANTS_PER_FUNCTION, len(candidates)))
             for i in sorted(picks):
                 m = candidates[i]
-                records.append({"task_id": f"bugfix-drill/{name}/{m.operator}-{i}", "function": name,
+                records.append({"task_id": f"{TASK_PREFIX}{name}/{m.operator}-{i}", "function": name,
                                 "operator": m.operator, "line": m.line, "original": source,
                                 "source": m.source})
     return records
