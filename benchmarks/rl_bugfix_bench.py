@@ -2,7 +2,9 @@
 
     python -m benchmarks.rl_bugfix_bench [--workdir runs/rl_bugfix] [--quick] [--set seed=1]
     python -m benchmarks.rl_bugfix_bench --drills 3000 --set sft.demos=4096 --set sft.optim.steps=1000 \
-        --out benchmarks/results/rl_bugfix_drills.json    # the run that improves (README)
+        --out benchmarks/results/rl_bugfix_drills.json    # SFT on function drills, RL on the same
+    python -m benchmarks.rl_bugfix_bench --drills 3000 --set sft.demos=4096 --set sft.optim.steps=1000 \
+        --rl_drill_source methods --out benchmarks/results/rl_bugfix_methods.json  # RL on unseen functions
 
 The tier: single-bug BugFix tasks (HumanEval functions and the hand-written packages, one AST
 mutant each) whose prompt names the bug's line, as a traceback would (`hint_line`). On plain
@@ -15,8 +17,10 @@ to find, on validation functions it has never seen (the split is by source funct
    train split (read the lines around the hint, one `edit_file`, submit). `--drills N` adds N
    standard-library drills to the train split (environments/suites/drills.py): with only the
    tested tasks' ~150 functions the policy memorises them and fixes almost nothing unseen.
-3. RL from that checkpoint: positive-only GRPO (rl_bench's recipe), `--rl_steps` steps of
+3. RL from that checkpoint: positive-only GRPO (rl_bench's recipe), `rl.steps` steps of
    groups_per_step x group_size episodes, graded by the hidden tests in the sandbox.
+   `--rl_drill_source methods` swaps the drills for as many drills on class methods, functions
+   SFT never showed: RL then practises on code it cannot have memorised, as validation is.
 4. The SFT and RL policies on every validation task, with each episode's outcome: pass rates with
    Wilson intervals, exact McNemar, and pass rates by bug kind.
 Writes benchmarks/results/rl_bugfix_tiny.json (or --out).
@@ -122,6 +126,30 @@ def eval_base(c, tasks: int, out: str, argv: list[str]) -> None:
                            pass_rate=fe["pass_rate"], eval=fe, wall_s=time.perf_counter() - t))
 
 
+def eval_checkpoints(c, items: list[str], tasks: int, out: str, argv: list[str]) -> None:
+    """Only evaluate NAME=CHECKPOINTS_DIR policies on the same validation episodes, each paired
+    with the first (e.g. greedy decoding of SFT and RL policies: `--set rollout.temperature=0.0`)."""
+    from composer_jax.rl.learner import mcnemar
+    from composer_jax.rl.train import task_ids
+
+    policies = {}
+    for item in items:
+        name, sep, directory = item.partition("=")
+        if not sep or not name or not pathlib.Path(directory).is_dir() or name in policies:
+            raise SystemExit(f"--eval {item!r}: expected a new NAME=CHECKPOINTS_DIR with an existing directory")
+        policies[name] = pathlib.Path(directory)
+    ids = spread(task_ids(c.rl, "validation"), tasks or len(task_ids(c.rl, "validation")))
+    t = time.perf_counter()
+    fe = final_eval(c, policies, ids)
+    first = fe[next(iter(policies))]["passed"]
+    write_result(out, dict(bench="rl_bugfix_eval", config=str(c.name), argv=argv, seed=int(c.seed),
+                           suite_options=dict(c.rl.suite_options), temperature=float(c.rollout.temperature),
+                           validation_tasks=len(ids), policies={k: str(v) for k, v in policies.items()},
+                           pass_rates={k: v["pass_rate"] for k, v in fe.items()},
+                           paired_vs_first={k: mcnemar(v["passed"], first) for k, v in fe.items()},
+                           final_eval=fe, wall_s=time.perf_counter() - t))
+
+
 def pool_seeds(records: dict[str, dict]) -> dict:
     """Runs of several seeds with the same tier, budget and evaluation tasks pooled: each policy's
     passes over all episodes, and McNemar RL vs SFT over the (task, seed) pairs."""
@@ -129,8 +157,9 @@ def pool_seeds(records: dict[str, dict]) -> dict:
 
     def setting(rec):
         rl = rec["rl"]
-        return (rec["suite_options"], rec["validation_tasks"], rl["steps"], rl["episodes_per_step"], rl["lr"],
-                rl["negative_weight"])
+        # Records before RL had its own suite options ran RL on SFT's
+        return (rec["suite_options"], rl.get("suite_options", rec["suite_options"]), rec["validation_tasks"],
+                rl["steps"], rl["episodes_per_step"], rl["lr"], rl["negative_weight"])
 
     for path, rec in records.items():
         if not {"rl", "final_eval", "suite_options", "seed"} <= set(rec):
@@ -138,7 +167,7 @@ def pool_seeds(records: dict[str, dict]) -> dict:
     first_path, first = next(iter(records.items()))
     for path, rec in records.items():
         if setting(rec) != setting(first):
-            raise SystemExit(f"--pool: {path} ran with (suite options, validation tasks, steps, episodes/step, "
+            raise SystemExit(f"--pool: {path} ran with (SFT and RL suite options, validation tasks, steps, episodes/step, "
                              f"lr, negative_weight) = {setting(rec)}, {first_path} with {setting(first)}")
     seeds = [int(r["seed"]) for r in records.values()]
     if len(set(seeds)) != len(seeds):
@@ -168,16 +197,22 @@ def main(argv=None):
                    help="validation tasks for the final comparison (default: all of them)")
     p.add_argument("--drills", type=int, default=0, metavar="N",
                    help="add N standard-library drills (environments/suites/drills.py) to the train split")
+    p.add_argument("--rl_drill_source", choices=("functions", "methods"), default="functions",
+                   help="where RL's drills come from (SFT's are always functions); needs --drills")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override the config, e.g. --set seed=1 or --set rl.steps=12 (repeatable)")
     p.add_argument("--eval_base", type=int, default=0, metavar="N",
                    help="only evaluate the config's rl.init_from policy (no SFT, no RL) on N validation tasks")
+    p.add_argument("--eval", nargs="+", default=[], metavar="NAME=CHECKPOINTS_DIR",
+                   help="only evaluate these policies on --final_eval validation tasks (paired with the first)")
     p.add_argument("--pool", nargs="+", default=[], metavar="RESULT_JSON",
                    help="pool finished runs of different seeds into --out (nothing is trained)")
     p.add_argument("--out", default=str(RESULT))
     args = p.parse_args(argv)
     if args.drills < 0:
         p.error(f"--drills must be >= 0, got {args.drills}")
+    if args.rl_drill_source != "functions" and not args.drills:
+        p.error("--rl_drill_source needs --drills N (how many drills RL adds)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if args.pool:
         write_result(args.out, pool_seeds(rl_bench.read_records(args.pool, "--pool")))
@@ -190,13 +225,19 @@ def main(argv=None):
     if args.eval_base:
         eval_base(c, args.eval_base, args.out, argv)
         return
+    if args.eval:
+        eval_checkpoints(c, args.eval, args.final_eval, args.out, argv)
+        return
+    rl_suite = dict(c.rl.suite_options, drill_source="methods") if args.rl_drill_source == "methods" else None
     run_bench(c, pathlib.Path(args.workdir), copy_warmup=0 if args.config else args.copy_warmup,
-              final_eval_tasks=args.final_eval, out=args.out, argv=argv)
+              final_eval_tasks=args.final_eval, out=args.out, argv=argv, rl_suite_options=rl_suite)
 
 
-def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int, out: str, argv: list[str]) -> dict:
+def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int, out: str, argv: list[str],
+              rl_suite_options: dict | None = None) -> dict:
     """Tokenizer (unless the config names one), warm-up, SFT from the warm-up or rl.init_from,
-    RL, and the paired final evaluation; returns the record written to `out`."""
+    RL (on `rl_suite_options` if given, else SFT's suite options), and the paired final
+    evaluation; returns the record written to `out`."""
     from composer_jax.rl.learner import mcnemar
     from composer_jax.rl.train import run_rl, task_ids
 
@@ -224,6 +265,9 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     sft_out = json.loads(sft_record.read_text())
     sft_s = time.perf_counter() - t0
 
+    sft_suite_options, train_tasks = dict(c.rl.suite_options), len(task_ids(c.rl, "train"))
+    if rl_suite_options is not None:
+        c.rl.suite_options = dict(rl_suite_options)  # validation does not depend on drills
     all_val = task_ids(c.rl, "validation")
     c.rl.init_from = str(sft_dir / "checkpoints")
     t1 = time.perf_counter()
@@ -235,12 +279,13 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     evals = rl_out["evals"]
     record = dict(
         bench="rl_bugfix", config=str(c.name), argv=argv, seed=int(c.seed),
-        suite="composer/BugFix-v0", suite_options=dict(c.rl.suite_options),
-        train_tasks=len(task_ids(c.rl, "train")), validation_tasks=len(ids),
+        suite="composer/BugFix-v0", suite_options=sft_suite_options,
+        train_tasks=train_tasks, validation_tasks=len(ids),
         before_rl_pass_rate=fe["sft"]["pass_rate"], after_rl_pass_rate=fe["rl"]["pass_rate"],
         paired_rl_vs_sft=mcnemar(fe["rl"]["passed"], fe["sft"]["passed"]),
         final_eval=fe, sft=sft_out, sft_wall_s=sft_s,
-        rl=dict(steps=int(c.rl.steps), episodes_per_step=int(c.rl.groups_per_step) * int(c.rl.group_size),
+        rl=dict(suite_options=dict(c.rl.suite_options), train_tasks=len(task_ids(c.rl, "train")),
+                steps=int(c.rl.steps), episodes_per_step=int(c.rl.groups_per_step) * int(c.rl.group_size),
                 lr=float(c.rl.optim.lr), negative_weight=float(c.rl.negative_weight), wall_s=rl_s,
                 counts=rl_out["counts"], eval_tasks=int(c.rl.eval_tasks),
                 eval_before=evals[min(evals)], eval_after=evals[max(evals)],

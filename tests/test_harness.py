@@ -101,6 +101,9 @@ def test_bad_tool_calls_become_structured_errors(text, kind):
     result = parse_tool_call(text)
     assert isinstance(result, ToolCallError) and result.kind == kind
     assert result.observation().startswith(f"Error ({kind})")
+    # Sent back as tool output, where special tokens are escaped: quoting one would show the
+    # model a garbled token instead of its template's.
+    assert not any(token in result.message for token in st.SPECIAL_TOKENS)
 
 
 @settings(max_examples=200, deadline=None)

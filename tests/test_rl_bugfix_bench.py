@@ -47,11 +47,11 @@ def test_drills_leave_the_tokenizer_unchanged(tmp_path):
     assert (tmp_path / "plain.json").read_bytes() == (tmp_path / "drills.json").read_bytes()
 
 
-def _record(seed, sft, rl, steps=24):
+def _record(seed, sft, rl, steps=24, **rl_fields):
     from composer_jax.rl.learner import mcnemar
 
     return dict(seed=seed, suite_options={"max_bugs": 1}, validation_tasks=len(sft),
-                rl=dict(steps=steps, episodes_per_step=96, lr=3e-4, negative_weight=0.0),
+                rl=dict(steps=steps, episodes_per_step=96, lr=3e-4, negative_weight=0.0, **rl_fields),
                 before_rl_pass_rate=sum(sft) / len(sft), after_rl_pass_rate=sum(rl) / len(rl),
                 paired_rl_vs_sft=mcnemar(rl, sft), final_eval=dict(sft=dict(passed=sft), rl=dict(passed=rl)))
 
@@ -68,9 +68,13 @@ def test_pool_seeds_pairs_episodes_across_runs():
         pool_seeds({"a.json": a, "c.json": _record(0, [0] * 4, [0] * 4)})
     with pytest.raises(SystemExit, match="b.json ran with"):
         pool_seeds({"a.json": a, "b.json": _record(1, [0] * 4, [0] * 4, steps=12)})
+    # RL on method drills is another experiment than RL on SFT's own suite
+    methods = _record(1, [0] * 4, [0] * 4, suite_options={"max_bugs": 1, "drill_source": "methods"})
+    with pytest.raises(SystemExit, match="b.json ran with"):
+        pool_seeds({"a.json": a, "b.json": methods})
 
 
-def test_bad_pool_and_drills_input_are_clear_errors(tmp_path):
+def test_bad_pool_and_drills_input_are_clear_errors(tmp_path, capsys):
     from benchmarks.rl_bugfix_bench import main
 
     other = tmp_path / "rl_tiny.json"
@@ -79,4 +83,32 @@ def test_bad_pool_and_drills_input_are_clear_errors(tmp_path):
         main(["--pool", str(other), "--out", str(tmp_path / "p.json")])
     with pytest.raises(SystemExit):
         main(["--drills", "-3", "--quick", "--out", ""])
+    with pytest.raises(SystemExit):
+        main(["--rl_drill_source", "methods", "--quick", "--out", ""])
+    assert "--rl_drill_source needs --drills N" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_eval_checkpoints_pairs_every_policy_with_the_first(tmp_path, monkeypatch):
+    """--eval: policies on the same validation episodes, each compared with the first (the
+    engine's evaluation itself is tested with the RL loop)."""
+    import json
+
+    from benchmarks import rl_bugfix_bench as bench
+    from composer_jax.rl import train
+
+    outcomes = {"sft": [1, 0, 0, 0], "rl": [1, 1, 1, 0]}
+    monkeypatch.setattr(train, "task_ids", lambda rl_cfg, split: [f"bugfix/s/op-{i}" for i in range(4)])
+    monkeypatch.setattr(bench, "final_eval", lambda c, policies, ids: {
+        name: dict(passed=outcomes[name], pass_rate=sum(outcomes[name]) / len(ids)) for name in policies})
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    out = tmp_path / "eval.json"
+    bench.main(["--quick", "--eval", f"sft={tmp_path / 'a'}", f"rl={tmp_path / 'b'}", "--set", "rollout.temperature=0.0",
+                "--out", str(out)])
+    rec = json.loads(out.read_text())
+    assert rec["temperature"] == 0.0 and rec["validation_tasks"] == 4 and rec["pass_rates"] == {"sft": 0.25, "rl": 0.75}
+    assert rec["paired_vs_first"]["rl"] == dict(both=1, only_a=2, only_b=0, neither=1, p_value=0.5)
+    for bad in ([f"sft={tmp_path / 'missing'}"], [f"sft={tmp_path / 'a'}", f"sft={tmp_path / 'b'}"], ["sft"]):
+        with pytest.raises(SystemExit, match="expected a new NAME=CHECKPOINTS_DIR"):
+            bench.main(["--quick", "--eval", *bad, "--out", str(tmp_path / "bad.json")])
+    assert not (tmp_path / "bad.json").exists()

@@ -176,8 +176,28 @@ def test_drills_join_the_train_split_only(bugfix_suite):
     assert "remove_statement" not in {drilled.get(t).metadata["operator"] for t in extra}
     with pytest.raises(ValueError, match="drills must be a non-negative int"):
         make_suite("BugFix", drills=-1)
-    with pytest.raises(ValueError, match="the standard library gives"):
+    with pytest.raises(ValueError, match="the standard library's functions give"):
         make_suite("BugFix", drills=10**6)
+
+
+def test_method_drills_never_share_a_function_with_function_drills():
+    """RL on method drills practises on functions SFT on function drills never showed."""
+    from environments.suites import drills
+
+    function_names = {r["function"] for r in drills.load_records(source="functions")}
+    hinted = make_suite("BugFix", max_bugs=1, hint_line=True)
+    methods = make_suite("BugFix", max_bugs=1, hint_line=True, drills=40, drill_source="methods")
+    extra = methods.task_ids("train")[len(hinted.task_ids("train")):]
+    assert methods.task_ids("validation") == hinted.task_ids("validation") and len(set(extra)) == 40
+    assert len({t.split("/")[1] for t in extra}) > 30
+    assert not {r["function"] for r in drills.load_records(source="methods")} & function_names
+    for task_id in extra[:5]:
+        task = methods.get(task_id)
+        (path, original), = json.loads(task.metadata["reference_files"]).items()
+        assert original.startswith("def ") and "self" in original.split(")")[0]  # dedented method
+        assert ast.dump(ast.parse(task.files[path])) != ast.dump(ast.parse(original))
+    with pytest.raises(ValueError, match="drill_source='classes'"):
+        make_suite("BugFix", drills=4, drill_source="classes")
 
 
 @pytest.fixture(scope="module")

@@ -202,16 +202,14 @@ def parse_tool_call(
         return ToolCallError("no_tool_call", f"the action must be text, got {type(text).__name__}")
     opens = text.count(st.TOOL_CALL_OPEN)
     if opens == 0:
-        return ToolCallError(
-            "no_tool_call",
-            f"no tool call found; emit one call as {st.TOOL_CALL_OPEN}"
-            '{"name": ..., "arguments": {...}}' + st.TOOL_CALL_CLOSE,
-        )
+        # Errors reach the model as tool output, whose special tokens are escaped (a quoted
+        # delimiter would read as garbage, not as the model's template): name them, never quote.
+        return ToolCallError("no_tool_call", "no tool call found; emit exactly one tool call per turn")
     if opens > 1:
         return ToolCallError("multiple_calls", f"found {opens} tool calls; emit exactly one per turn")
     body = text.split(st.TOOL_CALL_OPEN, 1)[1]
     if st.TOOL_CALL_CLOSE not in body:
-        return ToolCallError("missing_close", f"the tool call is not closed with {st.TOOL_CALL_CLOSE}")
+        return ToolCallError("missing_close", "the tool call is not closed: end it with the tool-call close token")
     payload = body.split(st.TOOL_CALL_CLOSE, 1)[0]
     try:
         call = json.loads(payload)

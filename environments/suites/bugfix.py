@@ -148,16 +148,20 @@ class BugFixSuite(TaskSuite):
     name = "BugFix"
 
     def __init__(self, cache_dir: str | None = None, workers: int | None = None,
-                 validation_percent: int = 10, max_bugs: int = 2, hint_line: bool = False, drills: int = 0):
+                 validation_percent: int = 10, max_bugs: int = 2, hint_line: bool = False, drills: int = 0,
+                 drill_source: str = "functions"):
         """`max_bugs=1` keeps single-bug tasks only; `hint_line` names the (first) bug's line in
         the prompt, as a traceback or a blame would: an easier tier for policies too small to
         localise a bug by reading the code (the bug's kind and its fix are still theirs to find).
-        `drills`: that many standard-library drills (see drills.py), evenly spaced over all of
-        them, join the train split (never validation)."""
+        `drills`: that many standard-library drills (see drills.py) from `drill_source`
+        ("functions" or "methods"), evenly spaced over all of them, join the train split (never
+        validation)."""
         if max_bugs not in (1, 2):
             raise ValueError(f"max_bugs must be 1 or 2, got {max_bugs!r}")
         if not isinstance(drills, int) or drills < 0:
             raise ValueError(f"drills must be a non-negative int, got {drills!r}")
+        if drill_source not in drill_tasks.SOURCES:
+            raise ValueError(f"drill_source={drill_source!r}: use one of {drill_tasks.SOURCES}")
         self.hint_line = bool(hint_line)
         built = load_records(cache_dir, workers)
         self.stats = {k: len(v) if isinstance(v, list) else v for k, v in built.items() if k != "records"}
@@ -171,9 +175,9 @@ class BugFixSuite(TaskSuite):
             self._splits[split_of(record["source_id"], validation_percent)].append(task_id)
         self._drills = {}
         if drills:
-            pool = drill_tasks.load_records(cache_dir)
+            pool = drill_tasks.load_records(cache_dir, drill_source)
             if drills > len(pool):
-                raise ValueError(f"drills={drills}, but the standard library gives {len(pool)}")
+                raise ValueError(f"drills={drills}, but the standard library's {drill_source} give {len(pool)}")
             self._drills = {r["task_id"]: r for r in (pool[i * len(pool) // drills] for i in range(drills))}
             self._splits["train"] += list(self._drills)
 

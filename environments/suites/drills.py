@@ -6,6 +6,10 @@ library has thousands of small functions but no tests that run in isolation, so 
 test checks that the function was restored exactly (its AST equals the original's). That is
 strict, not lenient: an equivalent but different fix fails, and no other file can make it pass.
 Drills are training data only; validation stays BugFix's tested tasks.
+
+Two sources: top-level functions, and methods of top-level classes (dedented to stand alone;
+names not shared with any drilled function). They never share a function, so an RL run can
+train on functions its SFT data never showed.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import ast
 import pathlib
 import random
 import sys
+import textwrap
 import zlib
 
 from composer_jax.data.corpus import stdlib_root
@@ -28,6 +33,7 @@ MUTANTS_PER_FUNCTION = 2
 # drill would teach guessing, not fixing.
 SKIPPED_OPERATORS = {"remove_statement"}
 SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "lib2to3", "turtledemo"}
+SOURCES = ("functions", "methods")
 
 
 def _stdlib_files() -> list[pathlib.Path]:
@@ -36,47 +42,65 @@ def _stdlib_files() -> list[pathlib.Path]:
                   if not SKIPPED_DIRS & set(p.relative_to(root).parts[:-1]))
 
 
-def _functions(path: pathlib.Path) -> list[tuple[str, str]]:
-    """(name, source) of the file's top-level functions of a drillable size."""
+def _drillable(node: ast.AST) -> bool:
+    return isinstance(node, ast.FunctionDef) and not node.decorator_list and not node.name.startswith("test") \
+        and MIN_LINES <= node.end_lineno - node.lineno + 1 <= MAX_LINES
+
+
+def _functions(path: pathlib.Path, source: str) -> list[tuple[str, str]]:
+    """(name, code) of the file's drillable top-level functions, or of its top-level classes'
+    methods (dedented)."""
     try:
         text = path.read_text(encoding="utf-8")
         tree = parse_python(text)
     except (SyntaxError, UnicodeDecodeError, ValueError):
         return []
     lines = text.splitlines(keepends=True)
+    if source == "functions":
+        return [(n.name, "".join(lines[n.lineno - 1:n.end_lineno])) for n in tree.body if _drillable(n)]
     out = []
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and not node.decorator_list \
-                and not node.name.startswith("test") and MIN_LINES <= node.end_lineno - node.lineno + 1 <= MAX_LINES:
-            out.append((node.name, "".join(lines[node.lineno - 1:node.end_lineno])))
+    for n in (n for cls in tree.body if isinstance(cls, ast.ClassDef) for n in cls.body):
+        if _drillable(n) and not n.name.startswith("__"):
+            code = textwrap.dedent("".join(lines[n.lineno - 1:n.end_lineno]))
+            if code.startswith("def "):  # a string literal at column 0 leaves it indented
+                out.append((n.name, code))
     return out
 
 
-def build_records() -> list[dict]:
-    """Up to MUTANTS_PER_FUNCTION single mutants of each uniquely named stdlib function (the
-    first definition of a name in path order: a file is named after its function)."""
-    records, seen = [], set()
+def _unique(source: str) -> list[tuple[str, str]]:
+    """The first definition of each name, in path order (a drill's file is named after its
+    function); methods skip every name a function drill may use."""
+    seen = set(sys.stdlib_module_names)
+    if source == "methods":
+        seen |= {name for path in _stdlib_files() for name, _ in _functions(path, "functions")}
+    out = []
     for path in _stdlib_files():
-        for name, source in _functions(path):
-            if name in seen or name in sys.stdlib_module_names:
-                continue
-            seen.add(name)
-            candidates = [m for m in mutations.mutants(source) if m.operator not in SKIPPED_OPERATORS]
-            if not candidates:
-                continue
-            picks = random.Random(zlib.crc32(name.encode())).sample(
-                range(len(candidates)), min(MUTANTS_PER_FUNCTION, len(candidates)))
-            for i in sorted(picks):
-                m = candidates[i]
-                records.append({"task_id": f"{TASK_PREFIX}{name}/{m.operator}-{i}", "function": name,
-                                "operator": m.operator, "line": m.line, "original": source,
-                                "source": m.source})
+        for name, code in _functions(path, source):
+            if name not in seen:
+                seen.add(name)
+                out.append((name, code))
+    return out
+
+
+def build_records(source: str = "functions") -> list[dict]:
+    """Up to MUTANTS_PER_FUNCTION single mutants of each uniquely named function of `source`."""
+    records = []
+    for name, code in _unique(source):
+        candidates = [m for m in mutations.mutants(code) if m.operator not in SKIPPED_OPERATORS]
+        if not candidates:
+            continue
+        picks = random.Random(zlib.crc32(name.encode())).sample(
+            range(len(candidates)), min(MUTANTS_PER_FUNCTION, len(candidates)))
+        for i in sorted(picks):
+            m = candidates[i]
+            records.append({"task_id": f"{TASK_PREFIX}{name}/{m.operator}-{i}", "function": name,
+                            "operator": m.operator, "line": m.line, "original": code, "source": m.source})
     return records
 
 
-def load_records(cache_dir: str | None = None) -> list[dict]:
+def load_records(cache_dir: str | None = None, source: str = "functions") -> list[dict]:
     key = cache.fingerprint([sys.version, str(stdlib_root()), *cache.file_bytes(mutations.__file__, __file__)])
-    return cache.cached_json("bugfix-drills", key, build_records, cache_dir)
+    return cache.cached_json(f"bugfix-drills-{source}", key, lambda: build_records(source), cache_dir)
 
 
 def hidden_test(path: str, original: str) -> str:
