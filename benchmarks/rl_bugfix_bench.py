@@ -5,6 +5,9 @@
         --out benchmarks/results/rl_bugfix_drills.json    # SFT on function drills, RL on the same
     python -m benchmarks.rl_bugfix_bench --drills 3000 --set sft.demos=4096 --set sft.optim.steps=1000 \
         --rl_drill_source methods --out benchmarks/results/rl_bugfix_methods.json  # RL on unseen functions
+    python -m benchmarks.rl_bugfix_bench --eval sft=runs/rl_bugfix/sft/checkpoints \
+        rl=runs/rl_bugfix/rl/checkpoints --set rl.tokenizer=runs/rl_bugfix/tokenizer.json \
+        --set rollout.temperature=0.0 --out greedy.json    # paired evaluation, greedy decoding
 
 The tier: single-bug BugFix tasks (HumanEval functions and the hand-written packages, one AST
 mutant each) whose prompt names the bug's line, as a traceback would (`hint_line`). On plain
@@ -132,6 +135,9 @@ def eval_checkpoints(c, items: list[str], tasks: int, out: str, argv: list[str])
     from composer_jax.rl.learner import mcnemar
     from composer_jax.rl.train import task_ids
 
+    if not pathlib.Path(c.rl.tokenizer).is_file():
+        raise SystemExit(f"--eval: rl.tokenizer={c.rl.tokenizer!r} is not a file; pass the policies' own, "
+                         "e.g. --set rl.tokenizer=WORKDIR/tokenizer.json")
     policies = {}
     for item in items:
         name, sep, directory = item.partition("=")

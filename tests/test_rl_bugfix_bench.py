@@ -102,13 +102,17 @@ def test_eval_checkpoints_pairs_every_policy_with_the_first(tmp_path, monkeypatc
     monkeypatch.setattr(bench, "final_eval", lambda c, policies, ids: {
         name: dict(passed=outcomes[name], pass_rate=sum(outcomes[name]) / len(ids)) for name in policies})
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    with pytest.raises(SystemExit, match="rl.tokenizer='' is not a file"):  # byte-level would run, garbled
+        bench.main(["--quick", "--eval", f"sft={tmp_path / 'a'}", "--out", str(tmp_path / "bad.json")])
+    (tmp_path / "tokenizer.json").write_text("{}")
+    tok = ["--set", f"rl.tokenizer={tmp_path / 'tokenizer.json'}"]
     out = tmp_path / "eval.json"
     bench.main(["--quick", "--eval", f"sft={tmp_path / 'a'}", f"rl={tmp_path / 'b'}", "--set", "rollout.temperature=0.0",
-                "--out", str(out)])
+                *tok, "--out", str(out)])
     rec = json.loads(out.read_text())
     assert rec["temperature"] == 0.0 and rec["validation_tasks"] == 4 and rec["pass_rates"] == {"sft": 0.25, "rl": 0.75}
     assert rec["paired_vs_first"]["rl"] == dict(both=1, only_a=2, only_b=0, neither=1, p_value=0.5)
     for bad in ([f"sft={tmp_path / 'missing'}"], [f"sft={tmp_path / 'a'}", f"sft={tmp_path / 'b'}"], ["sft"]):
         with pytest.raises(SystemExit, match="expected a new NAME=CHECKPOINTS_DIR"):
-            bench.main(["--quick", "--eval", *bad, "--out", str(tmp_path / "bad.json")])
+            bench.main(["--quick", "--eval", *bad, *tok, "--out", str(tmp_path / "bad.json")])
     assert not (tmp_path / "bad.json").exists()
