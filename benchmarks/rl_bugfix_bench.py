@@ -144,7 +144,8 @@ def eval_checkpoints(c, items: list[str], tasks: int, out: str, argv: list[str])
         if not sep or not name or not pathlib.Path(directory).is_dir() or name in policies:
             raise SystemExit(f"--eval {item!r}: expected a new NAME=CHECKPOINTS_DIR with an existing directory")
         policies[name] = pathlib.Path(directory)
-    ids = spread(task_ids(c.rl, "validation"), tasks or len(task_ids(c.rl, "validation")))
+    all_val = task_ids(c.rl, "validation")
+    ids = spread(all_val, tasks or len(all_val))
     t = time.perf_counter()
     fe = final_eval(c, policies, ids)
     first = fe[next(iter(policies))]["passed"]
@@ -271,9 +272,11 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     sft_out = json.loads(sft_record.read_text())
     sft_s = time.perf_counter() - t0
 
-    sft_suite_options, train_tasks = dict(c.rl.suite_options), len(task_ids(c.rl, "train"))
+    sft_suite_options = dict(c.rl.suite_options)
+    train_tasks = rl_train_tasks = len(task_ids(c.rl, "train"))
     if rl_suite_options is not None:
         c.rl.suite_options = dict(rl_suite_options)  # validation does not depend on drills
+        rl_train_tasks = len(task_ids(c.rl, "train"))
     all_val = task_ids(c.rl, "validation")
     c.rl.init_from = str(sft_dir / "checkpoints")
     t1 = time.perf_counter()
@@ -290,7 +293,7 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
         before_rl_pass_rate=fe["sft"]["pass_rate"], after_rl_pass_rate=fe["rl"]["pass_rate"],
         paired_rl_vs_sft=mcnemar(fe["rl"]["passed"], fe["sft"]["passed"]),
         final_eval=fe, sft=sft_out, sft_wall_s=sft_s,
-        rl=dict(suite_options=dict(c.rl.suite_options), train_tasks=len(task_ids(c.rl, "train")),
+        rl=dict(suite_options=dict(c.rl.suite_options), train_tasks=rl_train_tasks,
                 steps=int(c.rl.steps), episodes_per_step=int(c.rl.groups_per_step) * int(c.rl.group_size),
                 lr=float(c.rl.optim.lr), negative_weight=float(c.rl.negative_weight), wall_s=rl_s,
                 counts=rl_out["counts"], eval_tasks=int(c.rl.eval_tasks),

@@ -47,35 +47,35 @@ def _drillable(node: ast.AST) -> bool:
         and MIN_LINES <= node.end_lineno - node.lineno + 1 <= MAX_LINES
 
 
-def _functions(path: pathlib.Path, source: str) -> list[tuple[str, str]]:
-    """(name, code) of the file's drillable top-level functions, or of its top-level classes'
-    methods (dedented)."""
+def _definitions(path: pathlib.Path) -> dict[str, list[tuple[str, str]]]:
+    """(name, code) of the file's drillable definitions by source: top-level functions, and
+    top-level classes' methods (dedented)."""
+    out = {source: [] for source in SOURCES}
     try:
         text = path.read_text(encoding="utf-8")
         tree = parse_python(text)
     except (SyntaxError, UnicodeDecodeError, ValueError):
-        return []
+        return out
     lines = text.splitlines(keepends=True)
-    if source == "functions":
-        return [(n.name, "".join(lines[n.lineno - 1:n.end_lineno])) for n in tree.body if _drillable(n)]
-    out = []
+    out["functions"] = [(n.name, "".join(lines[n.lineno - 1:n.end_lineno])) for n in tree.body if _drillable(n)]
     for n in (n for cls in tree.body if isinstance(cls, ast.ClassDef) for n in cls.body):
         if _drillable(n) and not n.name.startswith("__"):
             code = textwrap.dedent("".join(lines[n.lineno - 1:n.end_lineno]))
             if code.startswith("def "):  # a string literal at column 0 leaves it indented
-                out.append((n.name, code))
+                out["methods"].append((n.name, code))
     return out
 
 
 def _unique(source: str) -> list[tuple[str, str]]:
     """The first definition of each name, in path order (a drill's file is named after its
     function); methods skip every name a function drill may use."""
+    files = [_definitions(path) for path in _stdlib_files()]
     seen = set(sys.stdlib_module_names)
     if source == "methods":
-        seen |= {name for path in _stdlib_files() for name, _ in _functions(path, "functions")}
+        seen |= {name for defs in files for name, _ in defs["functions"]}
     out = []
-    for path in _stdlib_files():
-        for name, code in _functions(path, source):
+    for defs in files:
+        for name, code in defs[source]:
             if name not in seen:
                 seen.add(name)
                 out.append((name, code))
