@@ -114,6 +114,18 @@ def copy_warmup(c, out_dir: pathlib.Path, steps: int, n_seqs: int = 16384, log=p
                 final_mean_target_prob=history[-1]["mean_target_prob"])
 
 
+def mean_target_prob_by_class(log_probs, seqs, class_of, names) -> dict:
+    """Mean probability of every trained token (`loss_mask`) of `seqs` under `log_probs(tokens)`
+    ([t, vocab] log-probs of the next token), grouped by `class_of(token)`, one of `names`."""
+    probs: dict[str, list[float]] = {k: [] for k in names}
+    for s in seqs:
+        tokens = np.asarray(s.tokens, np.int32)
+        logp = np.asarray(log_probs(tokens))
+        for i in np.flatnonzero(np.asarray(s.loss_mask)[1:] > 0) + 1:  # token i, predicted at i - 1
+            probs[class_of(int(tokens[i]))].append(float(np.exp(logp[i - 1, tokens[i]])))
+    return {k: dict(tokens=len(v), mean_p=float(np.mean(v)) if v else None) for k, v in probs.items()}
+
+
 def copy_probe(c, checkpoints: str, seqs, n: int = 60) -> dict:
     """Mean target probability of the policy on demonstration tokens by class: the secret words
     it must copy from context (key, fragments, note names), digits, and everything else."""
@@ -131,16 +143,9 @@ def copy_probe(c, checkpoints: str, seqs, n: int = 60) -> dict:
     classes = {name: {ids[0] for w in words if len(ids := tok.encode(w)) == 1}
                for name, words in (("key", KEY_WORDS), ("fragment", FRAGMENT_WORDS), ("note", NOTE_WORDS))}
     classes["digits"] = {i for i in range(tok.vocab_size) if tok.decode([i]).strip().isdigit()}
-    probs: dict[str, list[float]] = {k: [] for k in (*classes, "other")}
-    for s in seqs[-n:]:
-        logits, _ = model(jnp.asarray(s.tokens[None], jnp.int32))
-        logp = jax.nn.log_softmax(logits[0, :-1], axis=-1)
-        target = np.asarray(s.tokens[1:])
-        p = np.exp(np.asarray(logp[np.arange(len(target)), target]))
-        for t, pt, m in zip(target, p, s.loss_mask[1:]):
-            if m:
-                probs[next((k for k, ids in classes.items() if t in ids), "other")].append(float(pt))
-    return {k: dict(tokens=len(v), mean_p=float(np.mean(v)) if v else None) for k, v in probs.items()}
+    return mean_target_prob_by_class(
+        lambda tokens: jax.nn.log_softmax(model(jnp.asarray(tokens[None]))[0][0], axis=-1), seqs[-n:],
+        lambda t: next((k for k, ids in classes.items() if t in ids), "other"), (*classes, "other"))
 
 
 def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str = "", log=print,

@@ -6,7 +6,7 @@ Run:
   python benchmarks/humaneval_bench.py --config configs/qwen_coder_0p5b.py --out benchmarks/results/humaneval_qwen.json
 Variant "bugfix": SFT then RL from the imported weights on single-bug BugFix tasks with the
 bug's line named (the tier rl_bugfix_bench uses), the harness speaking Qwen's ChatML template
-(sized for one GPU):
+(sized for one GPU; its memory settings measured on an H200, see the README's BugFix section):
   python -m benchmarks.rl_bugfix_bench --config configs/qwen_coder_0p5b.py:bugfix \
       --workdir runs/qwen_bugfix --final_eval 128 --out benchmarks/results/rl_bugfix_qwen.json
 """
@@ -31,16 +31,30 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sample = ml_collections.ConfigDict(dict(batch_size=16, max_new_tokens=512))
     if arg == "bugfix":
         c.rl.suite_options = dict(max_bugs=1, hint_line=True)  # replaced, not merged with LongHorizon's
+        # Training rows of 4,096 tokens: plain attention keeps a 4k x 4k score matrix per head and
+        # layer, ~180 GB for a batch of 8 over 24 layers unless each layer is recomputed.
+        c.model.remat = "full"
         c.rl.update(env_id="composer/BugFix-v0", env_max_turns=8, tokenizer=c.checkpoint_dir + "/tokenizer.json",
                     init_from=c.checkpoint_dir, steps=24, groups_per_step=16, group_size=6,
-                    negative_weight=0.0, row_len=4096, minibatch_rows=4, eval_tasks=64, eval_every=8,
+                    negative_weight=0.0, row_len=4096, minibatch_rows=1, eval_tasks=64, eval_every=8,
                     checkpoint_every=8)
+        # minibatch_rows=1: in the first RL step on the H200, 28 GiB requests were refused (the
+        # size of the learner's float32 logits x3 at 4 rows, or of 96-slot prefill scoring); one
+        # row keeps the learner's at a quarter
         c.rl.optim.update(lr=1e-6, steps=24, clip_norm=1.0)
         # SFT on the expert's demonstrations first: zero-shot, the 0.5B model ignores the tool
         # protocol (0/8 on CPU: YAML-like calls, summaries instead of actions)
-        c.sft.update(demos=2048, batch_rows=8)
-        c.sft.optim.update(steps=150, lr=1e-5, warmup_steps=10, min_lr_ratio=0.1)
+        # float32 logits over 151,936 ids are 2.5 GB per 4,096-token row, and the loss keeps
+        # several: 8 rows asked for one 56 GB buffer; 4 train on one H200 (measured)
+        c.sft.update(demos=2048, batch_rows=4)
+        # embed_lr_scale: the checkpoint never learned to predict the tool-call ids its template
+        # maps the harness's call delimiters to (P < 1e-8). Without it SFT left them at 2e-4 and
+        # the policy never ended a turn; with the embedding and head at lr 1e-3 they reached 0.97
+        # in 12 CPU steps, the other tokens unchanged (benchmarks/stop_token_probe.py)
+        c.sft.optim.update(steps=150, lr=1e-5, warmup_steps=10, min_lr_ratio=0.1, embed_lr_scale=100.0)
         # The env's full tool manual as the system prompt; one window holds a whole episode.
+        # slots=64: scoring an appended prefill keeps float32 logits for every slot and position
+        # (96 slots x 1,024 asked the H200 for 55.7 GiB and failed; 64 ran).
         c.rollout.update(window=4096, summarize_at=0.9, summary_budget=256, max_segments=2, turn_budget=512,
-                         slots=96, max_turns=8, prefill_buckets=(512, 1024, 2048), temperature=1.0)
+                         slots=64, max_turns=8, prefill_buckets=(512, 1024, 2048), temperature=1.0)
     return c

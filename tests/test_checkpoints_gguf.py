@@ -14,7 +14,7 @@ import tokenizers  # noqa: E402
 from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 from composer_jax.checkpoints.hf_import import import_gguf  # noqa: E402
-from composer_jax.checkpoints.qwen_setup import assemble  # noqa: E402
+from composer_jax.checkpoints.qwen_setup import assemble, main as qwen_setup_main  # noqa: E402
 from composer_jax.errors import ConfigError  # noqa: E402
 from composer_jax.harness import special_tokens as st  # noqa: E402
 from composer_jax.harness.protocol import Message, render_conversation  # noqa: E402
@@ -135,6 +135,17 @@ def test_truncated_or_altered_gguf_is_a_clear_error(tiny_gguf, tmp_path):
     assert not (tmp_path / "out.gguf").exists()
 
 
+def test_qwen_setup_from_a_gguf_file_checks_it_first(tiny_gguf, tmp_path, capsys):
+    """`--gguf FILE` (a machine without the wheels): a missing file or any other GGUF than the
+    pinned Qwen one is refused with a clear error, and nothing is left in the cache."""
+    cache = tmp_path / "cache"
+    assert qwen_setup_main(["--cache", str(cache), "--gguf", str(tmp_path / "nope.gguf")]) == 2
+    assert "nope.gguf: no such file" in capsys.readouterr().err
+    assert qwen_setup_main(["--cache", str(cache), "--gguf", str(tiny_gguf)]) == 2
+    assert "assembled GGUF does not match" in capsys.readouterr().err
+    assert not any(cache.rglob("*.gguf*")) and not any(cache.rglob("model.json"))
+
+
 def test_unsupported_architecture_quantisation_and_tokenizer_size(tmp_path):
     write_tiny_gguf(tmp_path / "llama.gguf", arch="llama")
     with pytest.raises(ConfigError, match="architecture 'llama' is not supported.*qwen2"):
@@ -181,6 +192,43 @@ def test_imported_model_drives_the_agent_loop(tiny_gguf, tmp_path):
     with pytest.raises(ConfigError, match="different model than config.model"):
         c.model.d_model = 32
         build(c, c.rl.optim, init_from=str(tmp_path / "ckpt"))
+
+
+def test_stop_token_probe_scores_every_trained_token_with_the_model(tiny_gguf, tmp_path):
+    """benchmarks/stop_token_probe: each trained token of the demonstrations counted once, under its
+    control id or 'other', with the probability the imported model's own forward gives it."""
+    import dataclasses
+
+    import jax
+    import ml_collections
+
+    from benchmarks.stop_token_probe import demonstrations, probe
+    from composer_jax.checkpoints.store import save_imported
+    from composer_jax.config_loading import load_config
+
+    imported = import_gguf(tiny_gguf)
+    save_imported(tmp_path / "ckpt", imported)
+    c = load_config("configs/tiny.py:test")
+    c.model = ml_collections.ConfigDict(dict(dataclasses.asdict(imported.cfg), max_seq_len=2048))
+    c.rl.update(tokenizer=str(tmp_path / "ckpt" / "tokenizer.json"), env_id="composer/BugFix-v0",
+                system_prompt="Tools: read_file, edit_file, submit.")
+    c.rl.suite_options = dict(max_bugs=1, hint_line=True)
+    c.rollout.update(window=2048, turn_budget=512, summary_budget=64, slots=8, prefill_buckets=(256, 1024))
+    seqs, tok = demonstrations(c, 2)
+    control = {"tool_call_open": tok.token_to_id(st.TOOL_CALL_OPEN),
+               "tool_call_close": tok.token_to_id(st.TOOL_CALL_CLOSE)}
+    out = probe(c, str(tmp_path / "ckpt"), seqs, control)
+    expected: dict[str, list[float]] = {"tool_call_open": [], "tool_call_close": [], "other": []}
+    for s in seqs:
+        tokens = np.asarray(s.tokens)
+        logp = np.asarray(jax.nn.log_softmax(imported.model(jnp.asarray(tokens[None]))[0][0], axis=-1))
+        for i in np.flatnonzero(np.asarray(s.loss_mask)[1:] > 0) + 1:
+            name = next((k for k, v in control.items() if v == tokens[i]), "other")
+            expected[name].append(float(np.exp(logp[i - 1, tokens[i]])))
+    assert len(expected["tool_call_open"]) >= 2 and len(expected["tool_call_close"]) >= 2  # one per turn
+    for name, probs in expected.items():
+        assert out[name]["tokens"] == len(probs)
+        np.testing.assert_allclose(out[name]["mean_p"], np.mean(probs), rtol=1e-4)
 
 
 @pytest.mark.slow

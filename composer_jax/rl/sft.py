@@ -20,6 +20,7 @@ from composer_jax.harness.protocol import encode_conversation
 from composer_jax.rl import segments
 from composer_jax.rl.learner import learner_logp
 from composer_jax.rl.trajectory import Episode
+from composer_jax.train.optim import scale_vocab_updates
 from composer_jax.train.step import TrainState
 
 
@@ -50,24 +51,26 @@ def sft_loss(params, buffers, graphdef, batch):
     return nll, dict(loss=nll, mean_target_prob=accuracy_proxy, tokens=jnp.sum(mask))
 
 
-def sft_step(graphdef, tx, state: TrainState, batch):
+def sft_step(graphdef, tx, state: TrainState, batch, embed_lr_scale: float = 1.0):
     (_, metrics), grads = jax.value_and_grad(sft_loss, has_aux=True)(state.params, state.buffers, graphdef, batch)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    params = optax.apply_updates(state.params, scale_vocab_updates(updates, embed_lr_scale))
     metrics["grad_norm"] = optax.global_norm(grads)
     return TrainState(state.step + 1, params, state.buffers, opt_state), metrics
 
 
-def make_sft_step(graphdef, tx):
-    return jax.jit(lambda state, batch: sft_step(graphdef, tx, state, batch), donate_argnums=0)
+def make_sft_step(graphdef, tx, embed_lr_scale: float = 1.0):
+    return jax.jit(lambda state, batch: sft_step(graphdef, tx, state, batch, embed_lr_scale), donate_argnums=0)
 
 
 def train_sft(state: TrainState, graphdef, tx, seqs: Sequence[segments.TrainSeq], *, row_len: int,
-              batch_rows: int, steps: int, seed: int, put=jnp.asarray, log=None) -> tuple[TrainState, list[dict]]:
-    """`steps` updates over minibatches of packed rows, reshuffled every pass (seeded)."""
+              batch_rows: int, steps: int, seed: int, put=jnp.asarray, log=None,
+              embed_lr_scale: float = 1.0) -> tuple[TrainState, list[dict]]:
+    """`steps` updates over minibatches of packed rows, reshuffled every pass (seeded);
+    `embed_lr_scale` multiplies the embedding's and head's step (train/optim.py)."""
     keys = ("tokens", "positions", "segment_ids", "loss_mask")
     rows = segments.pack(list(seqs), row_len, row_multiple=batch_rows)
-    step_fn = make_sft_step(graphdef, tx)
+    step_fn = make_sft_step(graphdef, tx, embed_lr_scale)
     history, order, cursor, epoch = [], np.arange(0), 0, 0
     for step in range(steps):
         if cursor + batch_rows > len(order):

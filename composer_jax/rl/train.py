@@ -25,7 +25,7 @@ from composer_jax.config_loading import load_config
 from composer_jax.data.tokenizer import Tokenizer
 from composer_jax.errors import ConfigError
 from composer_jax.model.config import ModelConfig
-from composer_jax.model.create import create_sharded
+from composer_jax.model.create import abstract_model, create_sharded
 from composer_jax.rl import judge as judge_lib
 from composer_jax.rl import sft
 from composer_jax.rl.agent import AgentLoop
@@ -102,11 +102,13 @@ def build(config, optim_cfg, *, init_from: str = "", make_policy=None) -> Run:
     mesh = make_mesh(config.mesh)
     tok = load_tokenizer(config.rl)
     tx = make_optimizer(optim_cfg)
-    graphdef, params = create_sharded(model_cfg, mesh, config.seed)
-    state, _ = create_train_state(params, tx)
-    if init_from:
+    if init_from:  # no random init to overwrite: its compile alone took 157 s for Qwen-0.5B on a GPU
+        graphdef, _ = abstract_model(model_cfg)
         with jax.set_mesh(mesh):
             state, _ = create_train_state(load_params(config, init_from, model_cfg, mesh, tx), tx)
+    else:
+        graphdef, params = create_sharded(model_cfg, mesh, config.seed)
+        state, _ = create_train_state(params, tx)
     engine = RolloutEngine(graphdef, full_state(state), model_cfg, rollout_config(config),
                            valid_vocab=tok.vocab_size, mesh=mesh)
     loop = AgentLoop(engine, tok, engine.rollout, env_factory(config.rl), make_policy=make_policy)
@@ -158,7 +160,7 @@ def train_and_save_sft(config, run: Run, seqs, ids: list[str], workdir: pathlib.
     with jax.set_mesh(run.mesh):
         state, history = sft.train_sft(
             run.state, run.graphdef, run.tx, seqs, row_len=int(config.rl.row_len), batch_rows=int(s.batch_rows),
-            steps=int(s.optim.steps), seed=config.seed,
+            steps=int(s.optim.steps), seed=config.seed, embed_lr_scale=float(s.optim.get("embed_lr_scale", 1.0)),
             log=lambda step, m: (writer.write(step + 1, "sft", m),
                                  log(f"sft {step + 1}: loss {m['loss']:.4f}") if (step + 1) % 50 == 0 else None))
     ckpt = Checkpointer(workdir / "checkpoints", config, keep=1, async_save=False)
