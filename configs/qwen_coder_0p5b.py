@@ -34,6 +34,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # Training rows of 4,096 tokens: plain attention keeps a 4k x 4k score matrix per head and
         # layer, ~180 GB for a batch of 8 over 24 layers unless each layer is recomputed.
         c.model.remat = "full"
+        # Score the 151,936-id vocabulary 512 positions at a time: no float32 logits for a whole
+        # 4,096-token row (2.5 GB each, several per loss) in SFT, the learner or prefill scoring
+        # (benchmarks/logits_memory_bench.py)
+        c.model.logits_chunk = 512
         c.rl.update(env_id="composer/BugFix-v0", env_max_turns=8, tokenizer=c.checkpoint_dir + "/tokenizer.json",
                     init_from=c.checkpoint_dir, steps=24, groups_per_step=16, group_size=6,
                     negative_weight=0.0, row_len=4096, minibatch_rows=1, eval_tasks=64, eval_every=8,
@@ -53,8 +57,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # in 12 CPU steps, the other tokens unchanged (benchmarks/stop_token_probe.py)
         c.sft.optim.update(steps=150, lr=1e-5, warmup_steps=10, min_lr_ratio=0.1, embed_lr_scale=100.0)
         # The env's full tool manual as the system prompt; one window holds a whole episode.
-        # slots=64: scoring an appended prefill keeps float32 logits for every slot and position
-        # (96 slots x 1,024 asked the H200 for 55.7 GiB and failed; 64 ran).
+        # slots=64: 96 slots x 1,024 prefill tokens asked the H200 for 55.7 GiB and failed (before
+        # logits_chunk); 64 ran. Buckets up to 1,024: a prefill's attention scores span the whole
+        # cache, [slots, heads, bucket, window + bucket] float32, so a 2,048 bucket would need
+        # 43 GiB more at 64 slots (XLA's CPU plan); longer appends go in several calls.
         c.rollout.update(window=4096, summarize_at=0.9, summary_budget=256, max_segments=2, turn_budget=512,
-                         slots=64, max_turns=8, prefill_buckets=(512, 1024, 2048), temperature=1.0)
+                         slots=64, max_turns=8, prefill_buckets=(512, 1024), temperature=1.0)
     return c

@@ -38,6 +38,9 @@ class ModelConfig:
     capacity_factor: float = 0.0  # 0 = dropless
     routed_scale: float = 1.0
     remat: str = "none"  # none | full | save_dots_except_mlp
+    # Score targets (losses, prefill log-probs) this many positions at a time, so no whole row's
+    # float32 logits are held (model/vocab_scores.py); 0 = a whole row at once.
+    logits_chunk: int = 0
     # Attention: "gqa" (grouped-query) or "mla" (DeepSeek multi-head latent attention, which
     # uses the ranks below instead of n_kv_heads / head_dim).
     attention: str = "gqa"
@@ -90,6 +93,8 @@ class ModelConfig:
             fail("rope_base", "must be > 1")
         if not isinstance(self.token_shift, int) or self.token_shift < 0:
             fail("token_shift", "must be an integer >= 0 (previous tokens embedded; 0 = off)")
+        if not isinstance(self.logits_chunk, int) or self.logits_chunk < 0:
+            fail("logits_chunk", "must be an integer >= 0 (positions scored at a time; 0 = whole rows)")
         if self.dtype not in ("float32", "bfloat16"):
             fail("dtype", "must be 'float32' or 'bfloat16'")
         if self.remat not in ("none", "full", "save_dots_except_mlp"):

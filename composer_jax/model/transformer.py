@@ -10,6 +10,7 @@ from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import MLP, RMSNorm, param
 from composer_jax.model.mla import MLA
 from composer_jax.model.moe import MoE
+from composer_jax.model.vocab_scores import TargetScores, score_targets, vocab_logits
 from composer_jax.sharding import constrain
 
 REMAT_POLICIES = {
@@ -86,21 +87,30 @@ class Transformer(nnx.Module):
             x = x + jnp.where(has_prev_kbt[k][..., None], prev, 0.0)
         return constrain(x.astype(self.dtype), ("batch", "length", "act_embed"))
 
-    def logits(self, x_btd) -> jax.Array:
-        x_btd = self.final_norm(x_btd)
-        if self.cfg.tie_embeddings:
-            out = jnp.einsum("btd,vd->btv", x_btd, self.embed_vd[...].astype(x_btd.dtype),
-                             preferred_element_type=jnp.float32)
-        else:
-            out = jnp.einsum("btd,dv->btv", x_btd, self.lm_head_dv[...].astype(x_btd.dtype),
-                             preferred_element_type=jnp.float32)
-        return constrain(out, ("batch", "length", "act_vocab"))
+    def head_weight(self) -> jax.Array:
+        """The output projection: the embedding [v, d] when tied, else the head [d, v]."""
+        return self.embed_vd[...] if self.cfg.tie_embeddings else self.lm_head_dv[...]
+
+    def logits(self, xn_btd) -> jax.Array:
+        """float32 logits of final-normed hidden states (what `hidden` returns)."""
+        return vocab_logits(xn_btd, self.head_weight(), self.cfg.tie_embeddings)
+
+    def score(self, xn_btd, targets_bt, temperature=1.0) -> TargetScores:
+        """Log-prob, entropy and log-partition of each position's target, `cfg.logits_chunk`
+        positions at a time (never a whole row's logits when set)."""
+        return score_targets(xn_btd, self.head_weight(), self.cfg.tie_embeddings, targets_bt,
+                             temperature, self.cfg.logits_chunk)
 
     def _moe_slice(self, forced_expert_lbtk, moe_index):
         return None if forced_expert_lbtk is None else forced_expert_lbtk[moe_index]
 
     def __call__(self, tokens_bt, positions_bt=None, segment_ids_bt=None, forced_expert_lbtk=None):
         """Training/scoring forward over packed rows -> (float32 logits [b, t, vocab], aux)."""
+        xn_btd, aux = self.hidden(tokens_bt, positions_bt, segment_ids_bt, forced_expert_lbtk)
+        return self.logits(xn_btd), aux
+
+    def hidden(self, tokens_bt, positions_bt=None, segment_ids_bt=None, forced_expert_lbtk=None):
+        """The forward pass up to the head -> (final-normed hidden states [b, t, d], aux)."""
         b, t = tokens_bt.shape
         if positions_bt is None:
             positions_bt = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
@@ -122,7 +132,7 @@ class Transformer(nnx.Module):
             if routing is not None:
                 routings.append(routing)
                 moe_index += 1
-        return self.logits(x), collect_aux(routings)
+        return self.final_norm(x), collect_aux(routings)
 
     def extend(self, tokens_bt, cache: KVCache, n_new_b=None, forced_expert_lbtk=None):
         """Append tokens to each row's cache (row b takes its first n_new_b[b]); -> (logits, cache, aux).
@@ -130,6 +140,11 @@ class Transformer(nnx.Module):
         Logits at position i of row b predict the token after absolute index lengths_b + i. The
         caller guarantees lengths_b + t <= cache.max_len.
         """
+        xn_btd, cache, aux = self.extend_hidden(tokens_bt, cache, n_new_b, forced_expert_lbtk)
+        return self.logits(xn_btd), cache, aux
+
+    def extend_hidden(self, tokens_bt, cache: KVCache, n_new_b=None, forced_expert_lbtk=None):
+        """`extend` up to the head -> (final-normed hidden states, cache, aux)."""
         b, t = tokens_bt.shape
         n_new_b = jnp.full((b,), t, jnp.int32) if n_new_b is None else n_new_b
         prev_kbt, has_prev_kbt, recent_bk = [], [], cache.recent_tokens_bk
@@ -152,4 +167,4 @@ class Transformer(nnx.Module):
                 routings.append(routing)
                 moe_index += 1
         cache = KVCache(tuple(new_k), tuple(new_v), cache.lengths_b + n_new_b, recent_bk)
-        return self.logits(x), cache, collect_aux(routings)
+        return self.final_norm(x), cache, collect_aux(routings)

@@ -95,11 +95,14 @@ def prefill(model, state: EngineState, slots_p, tokens_pt, n_p, temperature):
     cache = state.cache
     sub = KVCache(tuple(k[rows_p] for k in cache.k_bksh), tuple(v[rows_p] for v in cache.v_bksh),
                   cache.lengths_b[rows_p], cache.recent_tokens_bk[rows_p])
-    logits_ptv, sub, aux = model.extend(tokens_pt, sub, n_new_b=n_p)
+    xn_ptd, sub, aux = model.extend_hidden(tokens_pt, sub, n_new_b=n_p)
     prev_next_pv = state.next_logits_sv[rows_p]
-    predictors_ptv = jnp.concatenate([prev_next_pv[:, None], logits_ptv[:, :-1]], axis=1)
-    logp_pt = jnp.take_along_axis(tempered_logp(predictors_ptv, temperature), tokens_pt[..., None], -1)[..., 0]
-    last_pv = logits_ptv[jnp.arange(p), jnp.maximum(n_p - 1, 0)]
+    # The first token is predicted by the slot's stored logits, the rest by the new positions
+    # (scored `logits_chunk` positions at a time: no [slots, t, vocab] buffer when set).
+    first_p = jnp.take_along_axis(tempered_logp(prev_next_pv, temperature), tokens_pt[:, :1], -1)[:, 0]
+    rest_pt = model.score(xn_ptd[:, :-1], tokens_pt[:, 1:], temperature).logp_bt
+    logp_pt = jnp.concatenate([first_p[:, None], rest_pt], axis=1)
+    last_pv = model.logits(xn_ptd[jnp.arange(p), jnp.maximum(n_p - 1, 0)][:, None])[:, 0]
     next_pv = jnp.where((n_p > 0)[:, None], last_pv, prev_next_pv)
 
     def put(full, part):

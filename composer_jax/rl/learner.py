@@ -31,7 +31,6 @@ from composer_jax.rl.agent import AgentLoop
 from composer_jax.rl.engine import expert_shape
 from composer_jax.rl.losses import LossConfig, policy_loss
 from composer_jax.rl.replay import RunCursor
-from composer_jax.rl.sampling import tempered_logp
 from composer_jax.rl.trajectory import Episode
 from composer_jax.sharding import batch_sharding, logical_to_spec
 from composer_jax.train.step import TrainState, next_token_targets
@@ -49,12 +48,10 @@ def full_state(state: TrainState) -> nnx.State:
 def learner_logp(model, batch: Mapping[str, jax.Array], temperature, replay: bool):
     """(log-prob of every target token at the sampler's temperature, entropy, model aux)."""
     forced = batch["experts"] if replay and "experts" in batch else None
-    logits, aux = model(batch["tokens"], batch["positions"], batch["segment_ids"], forced)
+    xn_btd, aux = model.hidden(batch["tokens"], batch["positions"], batch["segment_ids"], forced)
     targets, _ = next_token_targets(batch["tokens"], batch["segment_ids"])
-    logp_btv = tempered_logp(logits, temperature)
-    logp_bt = jnp.take_along_axis(logp_btv, targets[..., None], axis=-1)[..., 0]
-    entropy_bt = -jnp.sum(jnp.exp(logp_btv) * logp_btv, axis=-1)
-    return logp_bt, entropy_bt, aux
+    scores = model.score(xn_btd, targets, temperature)
+    return scores.logp_bt, scores.entropy_bt, aux
 
 
 def sequence_ids(segment_ids_bt):

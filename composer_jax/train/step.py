@@ -46,19 +46,14 @@ def next_token_targets(tokens_bt: jax.Array, segment_ids_bt: jax.Array):
     return targets_bt, mask_bt
 
 
-def token_log_probs(logits_btv: jax.Array, targets_bt: jax.Array) -> jax.Array:
-    logz_bt = jax.nn.logsumexp(logits_btv, axis=-1)
-    return jnp.take_along_axis(logits_btv, targets_bt[..., None], axis=-1)[..., 0] - logz_bt
-
-
 def lm_loss(model, batch: Batch, train_cfg: Mapping[str, Any]):
     """(scalar loss to differentiate, metrics): token-mean cross-entropy plus weighted aux losses."""
-    logits, aux = model(batch["tokens"], batch["positions"], batch["segment_ids"])
+    xn_btd, aux = model.hidden(batch["tokens"], batch["positions"], batch["segment_ids"])
     targets, mask = next_token_targets(batch["tokens"], batch["segment_ids"])
     mask = mask.astype(jnp.float32)
     n_tokens = jnp.maximum(jnp.sum(mask), 1.0)
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    nll = -(jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - logz)
+    scores = model.score(xn_btd, targets)
+    nll, logz = -scores.logp_bt, scores.logz_bt
     ce = jnp.sum(nll * mask) / n_tokens
     z_loss = jnp.sum(logz**2 * mask) / n_tokens
     loss = (ce + train_cfg["z_loss_weight"] * z_loss
