@@ -156,16 +156,15 @@ def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str
     import pickle
 
     from composer_jax.rl import sft
-    from composer_jax.rl.train import build, demo_policy, task_ids, train_and_save_sft
+    from composer_jax.rl.train import build, demonstrations, task_ids, train_and_save_sft
 
     s = c.sft
-    run = build(c, s.optim, init_from=init_from, make_policy=demo_policy(c.rl))
     ids = ids if ids is not None else task_ids(c.rl, "train")[:int(s.demos)]
     t0 = time.perf_counter()
     if demos_path.exists():
         seqs, demo_pass = pickle.loads(demos_path.read_bytes())
     else:
-        demos = run.loop.run([{"options": {"task_id": t}} for t in ids])
+        demos = demonstrations(c, ids)
         seqs, demo_pass = sft.demo_sequences(demos), float(np.mean([d.reward >= 1 for d in demos]))
         if not seqs:
             raise RuntimeError(f"none of {len(demos)} demonstrations succeeded "
@@ -173,6 +172,7 @@ def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str
                                "rl.suite_options and the rollout window")
         demos_path.write_bytes(pickle.dumps((seqs, demo_pass)))
     t1 = time.perf_counter()
+    run = build(c, s.optim, init_from=init_from)
     history = train_and_save_sft(c, run, seqs, ids, sft_dir, log)
     run.loop.close()
     return dict(demos=len(ids), demo_pass_rate=demo_pass, sequences=len(seqs), demo_s=t1 - t0,

@@ -20,19 +20,13 @@ import time
 from benchmarks.common import write_result
 
 
-def demonstrations(c, n: int):
-    import copy
-
+def demo_sequences(c, n: int):
     from benchmarks.rl_bugfix_bench import spread
     from composer_jax.rl import sft
-    from composer_jax.rl.train import build, demo_policy, task_ids
+    from composer_jax.rl.train import demonstrations, load_tokenizer, task_ids
 
-    cd = copy.deepcopy(c)
-    cd.model.update(d_model=64, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=32, d_ff=128)
-    run = build(cd, cd.sft.optim, make_policy=demo_policy(cd.rl))
-    episodes = run.loop.run([{"options": {"task_id": t}} for t in spread(task_ids(cd.rl, "train"), n)])
-    run.loop.close()
-    return sft.demo_sequences(episodes), run.tokenizer
+    episodes = demonstrations(c, spread(task_ids(c.rl, "train"), n))
+    return sft.demo_sequences(episodes), load_tokenizer(c.rl)
 
 
 def probe(c, directory: str, seqs, control: dict[str, int]) -> dict:
@@ -82,7 +76,7 @@ def main(argv=None):
     for item in args.set:
         apply_override(c, item)
     t = time.perf_counter()
-    seqs, tok = demonstrations(c, args.demos)
+    seqs, tok = demo_sequences(c, args.demos)
     if not seqs:
         raise SystemExit(f"none of {args.demos} demonstrations succeeded; nothing to probe")
     control = {"tool_call_open": tok.special_seq(st.TOOL_CALL_OPEN)[0],

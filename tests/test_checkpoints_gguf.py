@@ -202,7 +202,7 @@ def test_stop_token_probe_scores_every_trained_token_with_the_model(tiny_gguf, t
     import jax
     import ml_collections
 
-    from benchmarks.stop_token_probe import demonstrations, probe
+    from benchmarks.stop_token_probe import demo_sequences, probe
     from composer_jax.checkpoints.store import save_imported
     from composer_jax.config_loading import load_config
 
@@ -214,7 +214,7 @@ def test_stop_token_probe_scores_every_trained_token_with_the_model(tiny_gguf, t
                 system_prompt="Tools: read_file, edit_file, submit.")
     c.rl.suite_options = dict(max_bugs=1, hint_line=True)
     c.rollout.update(window=2048, turn_budget=512, summary_budget=64, slots=8, prefill_buckets=(256, 1024))
-    seqs, tok = demonstrations(c, 2)
+    seqs, tok = demo_sequences(c, 2)
     control = {"tool_call_open": tok.token_to_id(st.TOOL_CALL_OPEN),
                "tool_call_close": tok.token_to_id(st.TOOL_CALL_CLOSE)}
     out = probe(c, str(tmp_path / "ckpt"), seqs, control)

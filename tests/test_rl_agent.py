@@ -16,7 +16,7 @@ from composer_jax.harness import special_tokens as st
 from composer_jax.harness.protocol import Message, ToolCallError, encode_message, parse_tool_call
 from composer_jax.model import ModelConfig, Transformer
 from composer_jax.rl.agent import AgentLoop
-from composer_jax.rl.engine_host import RolloutEngine
+from composer_jax.rl.engine_host import RolloutEngine, TeacherForcedOnly
 from composer_jax.rl.rollout_config import RolloutConfig
 from composer_jax.rl.scripted import ExpertPolicy, NoteChainPolicy
 from composer_jax.rl.summarize import SpecialIds
@@ -122,7 +122,7 @@ def test_recorded_logprobs_match_a_full_forward_over_each_segment(toy_engine, to
         np.testing.assert_allclose(np.asarray(seg.logp)[mask], logp[len(seg.prompt) - 1:][mask], atol=2e-5)
 
 
-def test_bad_inputs_end_or_flag_episodes_and_the_batch_goes_on(toy_engine, tokenizer):
+def test_bad_inputs_end_or_flag_episodes_and_the_batch_goes_on(toy_engine, tokenizer, capsys):
     tasks = [
         {"seed": 0, "options": {"turns": 3, "obs_chars": 3000}},  # observations larger than the window
         {"seed": 1, "options": {"turns": 5, "raise_at": 2}},  # env raises mid-episode
@@ -131,8 +131,9 @@ def test_bad_inputs_end_or_flag_episodes_and_the_batch_goes_on(toy_engine, token
         {"seed": 4, "options": {"turns": 50}},  # longer than rollout.max_turns
     ]
     loop = AgentLoop(toy_engine, tokenizer, TOY, ToyEnv)
-    huge, broken, no_reset, fine, endless = loop.run(tasks)
+    huge, broken, no_reset, fine, endless = loop.run(tasks, progress="bad inputs")
     check_ended([huge, broken, no_reset, fine, endless])
+    assert "bad inputs: 100%" in capsys.readouterr().err  # the bar counts failed episodes too
     assert "observation_truncated" in huge.flags and huge.end_reason in ("submit", "max_segments")
     assert max(s.context_len for s in huge.segments) <= TOY.window
     assert broken.end_reason == "env_error" and "sandbox died" in broken.info["error"] and broken.turns == 2
@@ -183,6 +184,23 @@ def test_longhorizon_summaries_carry_the_facts_across_resets(long_engine, tokeni
         summary = seg.turns[-1]
         assert summary.kind == "summary" and all(seg.loss_mask[summary.start:summary.end])
     assert all(ep.reward == 0.0 and ep.end_reason == "submit" for ep in forget)
+
+
+def test_scripted_episodes_without_a_model_equal_those_through_the_engine(long_engine, tokenizer):
+    """Demonstrations (every token scripted, summaries and context resets included) come out the
+    same from the model-free engine: only the log-probs, which SFT does not read, are zeros."""
+    tasks = [{"options": {"task_index": 2}}]
+    env = longhorizon_env(hops=3, filler_lines=4)
+    real = AgentLoop(long_engine, tokenizer, LONG, env, make_policy=NoteChainPolicy).run(tasks)[0]
+    free_engine = TeacherForcedOnly(long_engine.cfg, LONG)
+    free = AgentLoop(free_engine, tokenizer, LONG, env, make_policy=NoteChainPolicy).run(tasks)[0]
+    assert real.reward == free.reward == 1.0 and len(real.segments) == len(free.segments) >= 2
+    assert (real.end_reason, real.flags, real.turns) == (free.end_reason, free.flags, free.turns)
+    for a, b in zip(real.segments, free.segments):
+        assert a.all_tokens == b.all_tokens and a.loss_mask == b.loss_mask and a.end_reason == b.end_reason
+        assert not np.any(b.logp) and np.any(a.logp)
+    with pytest.raises(RuntimeError, match="runs no model"):
+        free_engine.generate([0], [4], [[]])
 
 
 def test_expert_loop_finishes_a_transcript_ten_windows_long(long_engine, tokenizer):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import tqdm
 
 from composer_jax.rl import summarize
 from composer_jax.rl.engine_host import RolloutEngine
@@ -54,11 +55,12 @@ class AgentLoop:
                 env.close()
         self._pool.shutdown()
 
-    def run(self, tasks: Sequence[Mapping[str, Any]], episode_ids: Sequence[int] | None = None
-            ) -> list[Episode]:
+    def run(self, tasks: Sequence[Mapping[str, Any]], episode_ids: Sequence[int] | None = None,
+            progress: str = "") -> list[Episode]:
         """Run one episode per task (env.reset kwargs); returns them in task order. Episode i
         samples with key fold_in(rollout.seed key, episode_ids[i]) (default: i), e.g. a global
-        episode counter, so results do not depend on the batch an episode runs in."""
+        episode counter, so results do not depend on the batch an episode runs in. `progress`:
+        the label of a progress bar over finished episodes (none when empty)."""
         slots = self.engine.slots
         episode_ids = list(range(len(tasks))) if episode_ids is None else list(episode_ids)
         if len(episode_ids) != len(tasks):
@@ -71,6 +73,7 @@ class AgentLoop:
         base_key = jax.random.key(self.rollout.seed)
         timing = collections.Counter()
         started = time.perf_counter()
+        bar = tqdm.tqdm(total=len(tasks), desc=progress, unit="episode", disable=not progress)
 
         def advance(slot: int, value: Any) -> None:
             try:
@@ -78,6 +81,7 @@ class AgentLoop:
             except StopIteration as stop:
                 episodes[index[slot]] = stop.value
                 runs[slot] = request[slot] = None
+                bar.update()
 
         def waiting(kinds) -> list[int]:
             return [s for s in range(slots) if isinstance(request[s], kinds)]
@@ -107,6 +111,7 @@ class AgentLoop:
             timing["env_s"] += t1 - t0
             timing["prefill_s"] += t2 - t1
             timing["decode_s"] += time.perf_counter() - t2
+        bar.close()
         wall = time.perf_counter() - started
         self.stats = dict(timing, wall_s=wall, env_fraction=timing["env_s"] / wall if wall else 0.0)
         return episodes

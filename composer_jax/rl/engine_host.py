@@ -68,6 +68,13 @@ def bucket(n: int, sizes: Sequence[int]) -> int:
     return next(s for s in sizes if s >= n)
 
 
+def check_window(lengths: np.ndarray, window: int, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> None:
+    for slot, toks in zip(slots, tokens):
+        if lengths[slot] + len(toks) > window:
+            raise ValueError(f"slot {slot}: appending {len(toks)} tokens to {lengths[slot]} "
+                             f"would pass rollout.window={window}")
+
+
 class RolloutEngine:
     """Owns the engine state; every method is one or a few jitted calls on fixed shapes."""
 
@@ -133,10 +140,7 @@ class RolloutEngine:
 
     def append(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> list[Scored]:
         """Append each slot's tokens (chunked and padded to the buckets); score every token."""
-        for slot, toks in zip(slots, tokens):
-            if self._lengths[slot] + len(toks) > self.window:
-                raise ValueError(f"slot {slot}: appending {len(toks)} tokens to {self._lengths[slot]} "
-                                 f"would pass rollout.window={self.window}")
+        check_window(self._lengths, self.window, slots, tokens)
         logp = [[] for _ in slots]
         experts = [[] for _ in slots]
         done = [0] * len(slots)
@@ -194,3 +198,33 @@ class RolloutEngine:
                                      out.logp_sampler_sn[slot, :n], out.experts_snlk[slot, :n],
                                      bool(out.stopped_s[slot])))
         return results
+
+
+class TeacherForcedOnly:
+    """The engine's interface for loops whose policy writes every token (scripted
+    demonstrations): slot lengths and the window check as in RolloutEngine, no model run, zero
+    log-probs and expert choices. SFT reads only the tokens, so demonstrations cost no forward
+    passes (48 Qwen2.5-0.5B demonstrations spent 20 min in prefills on this CPU)."""
+
+    def __init__(self, cfg: ModelConfig, rollout: RolloutConfig):
+        self.cfg, self.rollout, self.slots, self.window = cfg, rollout, rollout.slots, rollout.window
+        self._lengths = np.zeros(self.slots, np.int64)
+
+    def lengths(self) -> np.ndarray:
+        return self._lengths.copy()
+
+    def start(self, slots: Sequence[int], keys: Sequence[jax.Array]) -> None:
+        self._lengths[list(slots)] = 0
+
+    def clear(self, slots: Sequence[int]) -> None:
+        self._lengths[list(slots)] = 0
+
+    def append(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> list[Scored]:
+        check_window(self._lengths, self.window, slots, tokens)
+        layers, k = engine.expert_shape(self.cfg)
+        for slot, toks in zip(slots, tokens):
+            self._lengths[slot] += len(toks)
+        return [Scored(np.zeros(len(t), np.float32), np.zeros((len(t), layers, k), np.int32)) for t in tokens]
+
+    def generate(self, slots: Sequence[int], budgets: Sequence[int], stops: Sequence[Sequence[int]]):
+        raise RuntimeError("TeacherForcedOnly runs no model: a policy that samples needs a RolloutEngine")

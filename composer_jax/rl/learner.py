@@ -286,7 +286,8 @@ def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1,
     """Pass rate on held-out tasks (`samples` rollouts each) with a 95% Wilson interval;
     `outcomes` adds `passed`, one 0/1 per episode in task order, for paired comparisons."""
     loop.rollout = dataclasses.replace(loop.rollout, seed=seed)
-    episodes = loop.run([{"options": {"task_id": t}} for t in task_ids for _ in range(samples)])
+    episodes = loop.run([{"options": {"task_id": t}} for t in task_ids for _ in range(samples)],
+                        progress="evaluation")
     n = len(episodes)
     p = pass_rate(episodes)
     lo, hi = wilson(p, n)

@@ -29,7 +29,7 @@ from composer_jax.model.create import abstract_model, create_sharded
 from composer_jax.rl import judge as judge_lib
 from composer_jax.rl import sft
 from composer_jax.rl.agent import AgentLoop
-from composer_jax.rl.engine_host import RolloutEngine
+from composer_jax.rl.engine_host import RolloutEngine, TeacherForcedOnly
 from composer_jax.rl.learner import Learner, evaluate, full_state
 from composer_jax.rl.replay import RunCursor
 from composer_jax.rl.rollout_config import RolloutConfig
@@ -171,18 +171,32 @@ def train_and_save_sft(config, run: Run, seqs, ids: list[str], workdir: pathlib.
     return history
 
 
+def demonstrations(config, ids: list[str]) -> list:
+    """The scripted expert's episode on each task through the real harness and environments,
+    tokenised as the policy would see them; no model runs (TeacherForcedOnly)."""
+    model_cfg = ModelConfig.from_config(config.model)
+    rollout = rollout_config(config)
+    loop = AgentLoop(TeacherForcedOnly(model_cfg, rollout), load_tokenizer(config.rl), rollout,
+                     env_factory(config.rl), make_policy=demo_policy(config.rl))
+    try:
+        return loop.run([{"options": {"task_id": t}} for t in ids], progress="demonstrations")
+    finally:
+        loop.close()
+
+
 def run_sft(config, workdir: pathlib.Path, log=print) -> dict:
     s = config.sft
-    run = build(config, s.optim, init_from=s.init_from, make_policy=demo_policy(config.rl))
     ids = task_ids(config.rl, "train")[:int(s.demos)]
     t0 = time.perf_counter()
-    demos = run.loop.run([{"options": {"task_id": t}} for t in ids])
+    demos = demonstrations(config, ids)
     seqs = sft.demo_sequences(demos)
     t1 = time.perf_counter()
     if not seqs:
         raise RuntimeError(f"none of {len(demos)} demonstrations succeeded; check rl.suite_options "
                            "and the rollout window")
+    run = build(config, s.optim, init_from=s.init_from)
     history = train_and_save_sft(config, run, seqs, ids, workdir, log)
+    run.loop.close()
     return dict(demos=len(demos), demo_pass_rate=float(np.mean([d.reward >= 1 for d in demos])),
                 sequences=len(seqs), demo_s=t1 - t0, train_s=time.perf_counter() - t1,
                 final_loss=history[-1]["loss"])
