@@ -53,8 +53,8 @@ def measure(config, cfg: ModelConfig, args) -> list[dict]:
     out = []
     sft_tx = make_optimizer(config.sft.optim)
     sft_state = jax.eval_shape(lambda s: init_train_state(s, sft_tx), state)
+    step = make_sft_step(graphdef, sft_tx, float(config.sft.optim.get("embed_lr_scale", 1.0)))
     for n in args.sft_rows:
-        step = make_sft_step(graphdef, sft_tx, float(config.sft.optim.get("embed_lr_scale", 1.0)))
         out.append(dict(what="sft_step", rows=n, row_len=args.row_len,
                         **plan(step.lower(sft_state, rows(n, args.row_len, loss_mask=1)))))
     rl_tx = make_optimizer(config.rl.optim)

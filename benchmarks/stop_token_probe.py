@@ -7,9 +7,9 @@ turn: every turn then runs to its budget (what the first Qwen SFT policy did on 
         base=~/.cache/composer_jax/qwen2.5-coder-0.5b-instruct sft=runs/qwen_bugfix/sft/checkpoints \\
         --out benchmarks/results/stop_token_probe_qwen.json
 
-Demonstrations: the scripted expert on the first `--demos` train tasks (spread over the split),
-played through a small random model of the same vocabulary: their tokens depend only on the
-tokenizer and the rollout settings, not on the model.
+Demonstrations: the scripted expert on `--demos` train tasks spread over the split, through the
+harness with no model run (`rl.train.demonstrations`): their tokens depend only on the tokenizer
+and the rollout settings.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ def _score(logits_btv, targets_bt, temperature) -> TargetScores:
     z_btv = logits_btv / jnp.where(temperature > 0, temperature, 1.0)
     logz_bt = jax.nn.logsumexp(z_btv, axis=-1)
     target_bt = jnp.take_along_axis(z_btv, targets_bt[..., None], axis=-1)[..., 0]
-    entropy_bt = logz_bt - jnp.sum(jax.nn.softmax(z_btv, axis=-1) * z_btv, axis=-1)
+    entropy_bt = logz_bt - jnp.sum(jnp.exp(z_btv - logz_bt[..., None]) * z_btv, axis=-1)
     return TargetScores(target_bt - logz_bt, entropy_bt, logz_bt)
 
 

@@ -207,11 +207,8 @@ class TeacherForcedOnly:
     passes (48 Qwen2.5-0.5B demonstrations spent 20 min in prefills on this CPU)."""
 
     def __init__(self, cfg: ModelConfig, rollout: RolloutConfig):
-        self.cfg, self.rollout, self.slots, self.window = cfg, rollout, rollout.slots, rollout.window
+        self.cfg, self.slots, self.window = cfg, rollout.slots, rollout.window
         self._lengths = np.zeros(self.slots, np.int64)
-
-    def lengths(self) -> np.ndarray:
-        return self._lengths.copy()
 
     def start(self, slots: Sequence[int], keys: Sequence[jax.Array]) -> None:
         self._lengths[list(slots)] = 0
