@@ -106,10 +106,9 @@ def copy_warmup(c, out_dir: pathlib.Path, steps: int, n_seqs: int = 16384, log=p
     seqs = [copy_sequence(rng, pool) for _ in range(n_seqs)]
     cw = copy.deepcopy(c)
     cw.sft.optim.update(steps=steps, warmup_steps=min(50, steps // 10))
-    run = build(cw, cw.sft.optim)
+    run = build(cw, cw.sft.optim, engine=False)
     t = time.perf_counter()
     history = train_and_save_sft(cw, run, seqs, ["copy-warmup"], out_dir, log)
-    run.loop.close()
     return dict(steps=steps, sequences=n_seqs, train_s=time.perf_counter() - t, final_loss=history[-1]["loss"],
                 final_mean_target_prob=history[-1]["mean_target_prob"])
 
@@ -148,41 +147,8 @@ def copy_probe(c, checkpoints: str, seqs, n: int = 60) -> dict:
         lambda t: next((k for k, ids in classes.items() if t in ids), "other"), (*classes, "other"))
 
 
-def sft_phase(c, sft_dir: pathlib.Path, demos_path: pathlib.Path, init_from: str = "", log=print,
-              ids: list[str] | None = None) -> dict:
-    """run_sft, except the demonstrations are cached (they cost more than the updates on CPU) and
-    training may continue from an earlier SFT checkpoint (`init_from`). `ids`: the tasks to
-    demonstrate (default: the first `sft.demos` of the train split)."""
-    import pickle
-
-    from composer_jax.rl import sft
-    from composer_jax.rl.train import build, demonstrations, task_ids, train_and_save_sft
-
-    s = c.sft
-    ids = ids if ids is not None else task_ids(c.rl, "train")[:int(s.demos)]
-    t0 = time.perf_counter()
-    if demos_path.exists():
-        seqs, demo_pass = pickle.loads(demos_path.read_bytes())
-    else:
-        demos = demonstrations(c, ids)
-        seqs, demo_pass = sft.demo_sequences(demos), float(np.mean([d.reward >= 1 for d in demos]))
-        if not seqs:
-            raise RuntimeError(f"none of {len(demos)} demonstrations succeeded "
-                               f"(end reasons: {dict(Counter(d.end_reason for d in demos))}); check "
-                               "rl.suite_options and the rollout window")
-        demos_path.write_bytes(pickle.dumps((seqs, demo_pass)))
-    t1 = time.perf_counter()
-    run = build(c, s.optim, init_from=init_from)
-    history = train_and_save_sft(c, run, seqs, ids, sft_dir, log)
-    run.loop.close()
-    return dict(demos=len(ids), demo_pass_rate=demo_pass, sequences=len(seqs), demo_s=t1 - t0,
-                train_s=time.perf_counter() - t1, steps=int(s.optim.steps), lr=float(s.optim.lr),
-                init_from=init_from, final_loss=history[-1]["loss"],
-                final_mean_target_prob=history[-1]["mean_target_prob"])
-
-
 def main(argv=None):
-    from composer_jax.rl.train import task_ids
+    from composer_jax.rl.train import run_sft, task_ids
 
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", default="runs/rl_bench")
@@ -253,7 +219,7 @@ def main(argv=None):
             print("copy warm-up", warmup_out, flush=True)
     sft_record = sft_dir / "sft.json"  # kept beside the checkpoint: later runs reuse both
     if not (sft_dir / "checkpoints").exists():
-        sft_out = sft_phase(cs, sft_dir, demos_pkl, init_from=init_from)
+        sft_out = run_sft(cs, sft_dir, init_from=init_from, demos_cache=demos_pkl)
         sft_out["copy_warmup"] = warmup_out
         sft_record.write_text(json.dumps(sft_out, indent=1))
         print("sft", sft_out, flush=True)
@@ -352,12 +318,17 @@ def run_arms(c, work: pathlib.Path, eval_ids: list[str], arms=ARMS, on_arm=None,
     return results
 
 
-def _engine(c):
+def _engine(c, init_from: str = ""):
+    """A rollout engine (params: a fresh init, or those under `init_from`) without a train state:
+    evaluations swap params in and never update them, and an optimiser's moments are twice the
+    params (for Qwen-0.5B, 4 GB that got a CPU evaluation OOM-killed)."""
+    import dataclasses
+
     from composer_jax.rl.train import build
 
-    run = build(c, c.rl.optim)
+    run = build(c, c.rl.optim, init_from=init_from)
     run.loop.close()
-    return run
+    return dataclasses.replace(run, state=None, loop=None)
 
 
 def _policy_loop(run, checkpoints: str, env_cfg, rollout_overrides: dict | None = None):

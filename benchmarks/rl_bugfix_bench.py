@@ -108,7 +108,7 @@ def by_kind(ids: list[str], passed: list[int]) -> dict[str, dict]:
 
 
 def final_eval(c, policies: dict[str, pathlib.Path], ids: list[str]) -> dict:
-    run, out = rl_bench._engine(c), {}
+    run, out = rl_bench._engine(c, init_from=str(next(iter(policies.values())))), {}
     for name, ckpt in policies.items():
         ev = rl_bench.eval_policy(run, name, ckpt, c, ids)
         out[name] = ev | dict(by_kind=by_kind(ids, ev["passed"]))
@@ -246,7 +246,7 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     RL (on `rl_suite_options` if given, else SFT's suite options), and the paired final
     evaluation; returns the record written to `out`."""
     from composer_jax.rl.learner import mcnemar
-    from composer_jax.rl.train import run_rl, task_ids
+    from composer_jax.rl.train import run_rl, run_sft, task_ids
 
     c.rl.optim.steps = c.rl.steps
     work.mkdir(parents=True, exist_ok=True)
@@ -264,8 +264,8 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     sft_dir, sft_record = work / "sft", work / "sft" / "sft.json"
     if not (sft_dir / "checkpoints").exists():
         demo_ids = spread(task_ids(c.rl, "train"), int(c.sft.demos))
-        sft_out = rl_bench.sft_phase(c, sft_dir, work / f"demos_{int(c.sft.demos)}.pkl", init_from=init_from,
-                                     ids=demo_ids)
+        sft_out = run_sft(c, sft_dir, ids=demo_ids, init_from=init_from,
+                          demos_cache=work / f"demos_{int(c.sft.demos)}.pkl")
         sft_out["copy_warmup"] = warmup
         sft_record.write_text(json.dumps(sft_out, indent=1))
         print("sft", sft_out, flush=True)
@@ -281,6 +281,7 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     c.rl.init_from = str(sft_dir / "checkpoints")
     t1 = time.perf_counter()
     rl_out = run_rl(c, work / "rl", eval_ids=spread(all_val, int(c.rl.eval_tasks)))
+    del rl_out["state"]  # params and optimiser moments: the final evaluation reads the checkpoints
     rl_s = time.perf_counter() - t1
 
     ids = spread(all_val, final_eval_tasks or len(all_val))

@@ -12,6 +12,7 @@ import environments  # noqa: F401 - registers the environments
 from composer_jax.checkpoints.chat_template import CHATML
 from composer_jax.config_loading import load_config
 from composer_jax.data.tokenizer import Tokenizer
+from composer_jax.errors import ConfigError
 from composer_jax.harness import special_tokens as st
 from composer_jax.harness.protocol import Message, ToolCallError, encode_message, parse_tool_call
 from composer_jax.model import ModelConfig, Transformer
@@ -29,7 +30,7 @@ LONG = RolloutConfig(window=3072, summary_budget=192, turn_budget=512, slots=2, 
 
 
 class ToyEnv(gym.Env):
-    """Ends after `turns` steps; options make it raise or return huge observations."""
+    """Ends after `turns` steps; options make it raise or return huge prompts or observations."""
 
     def reset(self, *, seed=None, options=None):
         o = dict(options or {})
@@ -37,7 +38,7 @@ class ToyEnv(gym.Env):
         self.obs_chars, self.raise_at = o.get("obs_chars", 0), o.get("raise_at")
         if o.get("raise_on_reset"):
             raise RuntimeError("no sandbox")
-        return "Do the thing.", {"task_id": f"toy-{seed}", "system_prompt": "You are a test agent."}
+        return "Do the thing." + "y" * o.get("prompt_chars", 0), {"task_id": f"toy-{seed}", "system_prompt": "You are a test agent."}
 
     def step(self, action):
         self.turn += 1
@@ -145,6 +146,16 @@ def test_bad_inputs_end_or_flag_episodes_and_the_batch_goes_on(toy_engine, token
     assert first.turns[0].end_reason == "budget" and "turn_truncated" in fine.flags
     assert "Error (" in tokenizer.decode(first.tokens[first.turns[0].end:])
     assert 0 <= loop.stats["env_fraction"] < 1
+
+
+def test_a_prompt_too_long_is_counted_every_prompt_too_long_is_a_config_error(toy_engine, tokenizer):
+    loop = AgentLoop(toy_engine, tokenizer, TOY, ToyEnv)
+    long_task = {"seed": 0, "options": {"prompt_chars": TOY.window}}
+    too_long, fine = loop.run([long_task, {"seed": 1, "options": {"turns": 1}}])
+    assert too_long.end_reason == "prompt_too_long" and fine.end_reason == "submit"
+    # Otherwise RL would run steps with nothing to train on (seen: five no-op Qwen steps)
+    with pytest.raises(ConfigError, match=r"rollout.window: all 2 prompts \(5\d\d-5\d\d tokens\)"):
+        loop.run([long_task, dict(long_task, seed=2)])
 
 
 class LongSummary:

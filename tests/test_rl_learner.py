@@ -88,9 +88,12 @@ def test_crashing_env_is_counted_not_trained(runs):
 
 
 def test_no_usable_groups_skips_the_update(tmp_path):
-    out = run_rl(toy_config(1, suite_options={"constant": True}), tmp_path, log=lambda s: None)
+    lines = []
+    out = run_rl(toy_config(1, suite_options={"constant": True}), tmp_path, log=lines.append)
     m = out["metrics"]
     assert m["skipped_no_usable_groups"] == 1 and m["rows"] == 0
+    step_line = next(line for line in lines if line.startswith("rl 1:"))
+    assert "nothing trained" in step_line and "ends [" in step_line  # said on the console, not only counted
     assert m["zero_variance_groups"] >= 2 and m["sampling_rounds"] == 2
 
 

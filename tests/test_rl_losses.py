@@ -76,13 +76,19 @@ def test_truncated_importance_sampling_kl_and_entropy():
     w = np.minimum(np.exp((OLD - sampler)[0, :4]), 2.0)
     assert loss == pytest.approx((per * w).mean(), rel=1e-5)
     assert float(m["tis_capped_fraction"]) == pytest.approx(0.25)
+    # Mismatch is sampler vs the learner before the step (old); drift is old vs the current policy
+    mismatch = (sampler - OLD)[0, :4]
+    assert float(m["kl_sampler_learner_k1"]) == pytest.approx(mismatch.mean(), rel=1e-5)
+    assert float(m["kl_sampler_learner_k3"]) == pytest.approx(np.mean(np.exp(-mismatch) + mismatch - 1), rel=1e-5)
+    assert float(m["max_abs_logp_diff"]) == pytest.approx(1.0)
+    drift = (OLD - LOGP)[0, :4]
+    assert float(m["kl_old_new_k3"]) == pytest.approx(np.mean(np.exp(-drift) + drift - 1), rel=1e-4)
     ref = LOGP + 0.3
     loss_kl, m, _ = run(LossConfig("ppo", tis_cap=0, kl_coef=0.5, kl_estimator="k3"), ref=ref)
     k3 = np.exp(0.3) - 0.3 - 1
     assert loss_kl == pytest.approx(per.mean() + 0.5 * k3, rel=1e-5)
     assert float(m["kl_ref"]) == pytest.approx(k3, rel=1e-4)
-    d = (OLD - LOGP)[0, :4]  # sampler == old here
-    assert float(m["kl_sampler_learner_k1"]) == pytest.approx(d.mean(), rel=1e-5)
+    assert float(m["kl_sampler_learner_k1"]) == 0.0 and float(m["max_abs_logp_diff"]) == 0.0  # sampler == old
     ent = jnp.full((1, 5), 2.0)
     l_ent, _ = policy_loss(LossConfig("ppo", tis_cap=0, entropy_coef=0.1), LOGP, OLD, OLD, ADV, MASK, SEQ,
                            entropy_bt=ent)

@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import tqdm
 
+from composer_jax.errors import ConfigError
 from composer_jax.rl import summarize
 from composer_jax.rl.engine_host import RolloutEngine
 from composer_jax.rl.episode import (
@@ -114,7 +115,20 @@ class AgentLoop:
         bar.close()
         wall = time.perf_counter() - started
         self.stats = dict(timing, wall_s=wall, env_fraction=timing["env_s"] / wall if wall else 0.0)
+        self._check_prompts_fit(episodes)
         return episodes
+
+    def _check_prompts_fit(self, episodes: list[Episode]) -> None:
+        """One prompt too long for the window is that task's problem (counted, never trained);
+        every prompt too long is the config's, and would make a run of no-op steps."""
+        lengths = sorted(len(ep.segments[0].prompt) for ep in episodes if ep.end_reason == "prompt_too_long")
+        if lengths and len(lengths) == len(episodes):
+            r = self.rollout
+            raise ConfigError(
+                f"rollout.window: all {len(episodes)} prompts ({lengths[0]}-{lengths[-1]} tokens) exceed the "
+                f"{summarize.max_prompt_len(r, self.ids)} that a {r.window}-token window leaves beside "
+                f"turn_budget={r.turn_budget} and summary_budget={r.summary_budget}; raise rollout.window "
+                "(and rl.row_len), lower those budgets or shorten rl.system_prompt")
 
     def _serve_envs(self, slots: list[int], request, advance) -> None:
         def call(slot: int):

@@ -11,8 +11,10 @@ console.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import pathlib
+import pickle
 import time
 
 import gymnasium as gym
@@ -91,13 +93,14 @@ class Run:
     graphdef: nnx.GraphDef
     tx: object
     state: object  # TrainState
-    engine: RolloutEngine
-    loop: AgentLoop
+    engine: RolloutEngine | None
+    loop: AgentLoop | None
 
 
-def build(config, optim_cfg, *, init_from: str = "", make_policy=None) -> Run:
+def build(config, optim_cfg, *, init_from: str = "", make_policy=None, engine: bool = True) -> Run:
     """Model (fresh, or the params of the newest checkpoint under `init_from`), a fresh
-    optimiser state, the engine and the agent loop."""
+    optimiser state and, with `engine`, the rollout engine and the agent loop (SFT needs neither:
+    the engine's KV cache alone is 8 GB for the Qwen bugfix config's 64 slots)."""
     model_cfg = ModelConfig.from_config(config.model)
     mesh = make_mesh(config.mesh)
     tok = load_tokenizer(config.rl)
@@ -109,10 +112,12 @@ def build(config, optim_cfg, *, init_from: str = "", make_policy=None) -> Run:
     else:
         graphdef, params = create_sharded(model_cfg, mesh, config.seed)
         state, _ = create_train_state(params, tx)
-    engine = RolloutEngine(graphdef, full_state(state), model_cfg, rollout_config(config),
-                           valid_vocab=tok.vocab_size, mesh=mesh)
-    loop = AgentLoop(engine, tok, engine.rollout, env_factory(config.rl), make_policy=make_policy)
-    return Run(config, model_cfg, mesh, tok, graphdef, tx, state, engine, loop)
+    if not engine:
+        return Run(config, model_cfg, mesh, tok, graphdef, tx, state, None, None)
+    rollout_engine = RolloutEngine(graphdef, full_state(state), model_cfg, rollout_config(config),
+                                   valid_vocab=tok.vocab_size, mesh=mesh)
+    loop = AgentLoop(rollout_engine, tok, rollout_engine.rollout, env_factory(config.rl), make_policy=make_policy)
+    return Run(config, model_cfg, mesh, tok, graphdef, tx, state, rollout_engine, loop)
 
 
 def load_params(config, directory: str, model_cfg, mesh, tx) -> nnx.State:
@@ -184,22 +189,46 @@ def demonstrations(config, ids: list[str]) -> list:
         loop.close()
 
 
-def run_sft(config, workdir: pathlib.Path, log=print) -> dict:
+def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None = None,
+            init_from: str | None = None, demos_cache: pathlib.Path | None = None) -> dict:
+    """SFT on the scripted expert's demonstrations of `ids` (default: the first `sft.demos` train
+    tasks) from `init_from` (default `sft.init_from`). `demos_cache`: a file holding the
+    demonstration sequences, written on first use and read after (each demonstration runs the
+    hidden tests in the sandbox)."""
     s = config.sft
-    ids = task_ids(config.rl, "train")[:int(s.demos)]
+    ids = list(ids) if ids is not None else task_ids(config.rl, "train")[:int(s.demos)]
+    init_from = s.init_from if init_from is None else init_from
     t0 = time.perf_counter()
-    demos = demonstrations(config, ids)
-    seqs = sft.demo_sequences(demos)
+    if demos_cache is not None and demos_cache.exists():
+        seqs, demo_pass = pickle.loads(demos_cache.read_bytes())
+    else:
+        demos = demonstrations(config, ids)
+        seqs, demo_pass = sft.demo_sequences(demos), float(np.mean([d.reward >= 1 for d in demos]))
+        if not seqs:
+            raise RuntimeError(f"none of {len(demos)} demonstrations succeeded (end reasons: "
+                               f"{dict(collections.Counter(d.end_reason for d in demos))}); check "
+                               "rl.suite_options and the rollout window")
+        if demos_cache is not None:
+            demos_cache.write_bytes(pickle.dumps((seqs, demo_pass)))
     t1 = time.perf_counter()
-    if not seqs:
-        raise RuntimeError(f"none of {len(demos)} demonstrations succeeded; check rl.suite_options "
-                           "and the rollout window")
-    run = build(config, s.optim, init_from=s.init_from)
+    run = build(config, s.optim, init_from=init_from, engine=False)
     history = train_and_save_sft(config, run, seqs, ids, workdir, log)
-    run.loop.close()
-    return dict(demos=len(demos), demo_pass_rate=float(np.mean([d.reward >= 1 for d in demos])),
-                sequences=len(seqs), demo_s=t1 - t0, train_s=time.perf_counter() - t1,
-                final_loss=history[-1]["loss"])
+    return dict(demos=len(ids), demo_pass_rate=demo_pass, sequences=len(seqs), demo_s=t1 - t0,
+                train_s=time.perf_counter() - t1, steps=int(s.optim.steps), lr=float(s.optim.lr),
+                init_from=init_from, final_loss=history[-1]["loss"],
+                final_mean_target_prob=history[-1]["mean_target_prob"])
+
+
+def step_line(step: int, metrics: dict) -> str:
+    """One console line per RL step; how episodes ended and a step that trained nothing show."""
+    ends = " ".join(f"{k[4:]}={int(v)}" for k, v in sorted(metrics.items()) if k.startswith("end_"))
+    line = (f"rl {step}: reward {metrics['reward']:.3f} pass {metrics['pass_rate']:.3f} "
+            f"groups {metrics['usable_groups']} seg/ep {metrics['segments_per_episode']:.2f} "
+            f"sum_len {metrics['summary_len']:.1f} kl {metrics.get('kl_sampler_learner_k3', 0):.2e} "
+            f"rollout {metrics['rollout_s']:.1f}s learn {metrics['learn_s']:.1f}s ends [{ends}]")
+    if metrics.get("skipped_no_usable_groups"):
+        line += " - nothing trained: no usable group"
+    return line
 
 
 def run_rl(config, workdir: pathlib.Path, log=print, eval_ids: list[str] | None = None) -> dict:
@@ -238,10 +267,7 @@ def run_rl(config, workdir: pathlib.Path, log=print, eval_ids: list[str] | None 
                 result = learner.step(step, state)
                 state, metrics = result.state, result.metrics
                 writer.write(step, "train", metrics)
-                log(f"rl {step}: reward {metrics['reward']:.3f} pass {metrics['pass_rate']:.3f} "
-                    f"groups {metrics['usable_groups']} seg/ep {metrics['segments_per_episode']:.2f} "
-                    f"sum_len {metrics['summary_len']:.1f} kl {metrics.get('kl_sampler_learner_k3', 0):.2e} "
-                    f"rollout {metrics['rollout_s']:.1f}s learn {metrics['learn_s']:.1f}s")
+                log(step_line(step, metrics))
                 if step % int(r.checkpoint_every) == 0 or step == int(r.steps):
                     ckpt.save(step, state, jax.random.key(config.seed), cursor)
                 if r.eval_tasks and (step % int(r.eval_every) == 0 or step == int(r.steps)):
