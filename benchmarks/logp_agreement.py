@@ -37,7 +37,7 @@ def main(argv=None):
     import jax.numpy as jnp
     from flax import nnx
 
-    from composer_jax.config_loading import load_config
+    from composer_jax.config_loading import apply_override, load_config
     from composer_jax.rl import segments
     from composer_jax.rl.agent import AgentLoop
     from composer_jax.rl.learner import make_logp
@@ -54,7 +54,7 @@ def main(argv=None):
         p.error(f"--episodes must be >= 1, got {args.episodes}")
     c = load_config(args.config)
     for item in args.set:
-        rl_bench.apply_override(c, item)
+        apply_override(c, item)
     run = rl_bench._engine(c, init_from=args.init_from)
     loop = AgentLoop(run.engine, run.tokenizer, dataclasses.replace(run.engine.rollout, seed=int(c.seed)),
                      env_factory(c.rl, "train"))

@@ -29,6 +29,7 @@ from collections import Counter
 import numpy as np
 
 from benchmarks.common import write_result
+from composer_jax.config_loading import apply_override
 from configs.tiny import get_config
 
 RESULT = pathlib.Path(__file__).parent / "results" / "rl_tiny.json"
@@ -256,32 +257,6 @@ def main(argv=None):
         print("bugfix", flush=True)
         extra["bugfix"] = suite_eval(c, work, "composer/BugFix-v0", tasks=16)
     write_record(args, c, work, eval_ids, results, sft_out, sft_s, extra)
-
-
-def apply_override(c, item: str) -> None:
-    """`KEY=VALUE` onto the config: a dotted existing key, a Python literal of its type."""
-    import ast
-
-    key, sep, text = item.partition("=")
-    if not sep:
-        raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
-    *parents, leaf = key.split(".")
-    node = c
-    for name in parents:
-        node = node[name] if name in node else None
-        if node is None:
-            raise SystemExit(f"--set {item!r}: no config section {name!r}")
-    if leaf not in node:
-        raise SystemExit(f"--set {item!r}: no config key {key!r}")
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        value = text  # a bare string
-    old = node[leaf]
-    try:
-        node[leaf] = type(old)(value) if isinstance(old, (int, float)) and not isinstance(old, bool) else value
-    except (TypeError, ValueError) as e:
-        raise SystemExit(f"--set {item!r}: {key} holds a {type(old).__name__} ({old!r}): {e}") from e
 
 
 ARMS = {

@@ -191,7 +191,7 @@ def pool_seeds(records: dict[str, dict]) -> dict:
 
 
 def main(argv=None):
-    from composer_jax.config_loading import load_config
+    from composer_jax.config_loading import apply_override, load_config
 
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", default="runs/rl_bugfix")
@@ -228,7 +228,7 @@ def main(argv=None):
     if args.drills:
         c.rl.suite_options = dict(c.rl.suite_options, drills=args.drills)
     for item in args.set:
-        rl_bench.apply_override(c, item)
+        apply_override(c, item)
     if args.eval_base:
         eval_base(c, args.eval_base, args.out, argv)
         return

@@ -52,8 +52,7 @@ def probe(c, directory: str, seqs, control: dict[str, int]) -> dict:
 
 
 def main(argv=None):
-    from benchmarks.rl_bench import apply_override
-    from composer_jax.config_loading import load_config
+    from composer_jax.config_loading import apply_override, load_config
     from composer_jax.harness import special_tokens as st
 
     p = argparse.ArgumentParser()

@@ -1,6 +1,7 @@
 """RL (and its SFT warm start) from the command line.
 
-    python -m composer_jax.rl.train --config configs/tiny.py:test --workdir runs/rl [--mode sft|rl]
+    python -m composer_jax.rl.train --config configs/tiny.py:test --workdir runs/rl [--mode sft|rl] \
+        [--set rl.steps=40 --set rl.optim.steps=40 ...]
 
 `--mode sft` trains on scripted-expert demonstrations and checkpoints to WORKDIR/checkpoints;
 `--mode rl` starts from `rl.init_from` (a checkpoints directory, e.g. an SFT run's) or a fresh
@@ -23,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from composer_jax.checkpoints import store
-from composer_jax.config_loading import load_config
+from composer_jax.config_loading import apply_override, load_config
 from composer_jax.data.tokenizer import Tokenizer
 from composer_jax.errors import ConfigError
 from composer_jax.model.config import ModelConfig
@@ -285,8 +286,15 @@ def main(argv=None):
     p.add_argument("--config", required=True)
     p.add_argument("--workdir", required=True)
     p.add_argument("--mode", choices=("sft", "rl"), default="rl")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the config, e.g. --set rl.init_from=runs/sft/checkpoints (repeatable)")
     args = p.parse_args(argv)
     config = load_config(args.config)
+    try:
+        for item in args.set:
+            apply_override(config, item)
+    except ConfigError as e:
+        p.error(str(e))
     workdir = pathlib.Path(args.workdir)
     out = run_sft(config, workdir) if args.mode == "sft" else run_rl(config, workdir)
     print({k: v for k, v in out.items() if k != "state"})
