@@ -38,7 +38,8 @@ class ToyEnv(gym.Env):
         self.obs_chars, self.raise_at = o.get("obs_chars", 0), o.get("raise_at")
         if o.get("raise_on_reset"):
             raise RuntimeError("no sandbox")
-        return "Do the thing." + "y" * o.get("prompt_chars", 0), {"task_id": f"toy-{seed}", "system_prompt": "You are a test agent."}
+        prompt = "Do the thing." + "y" * o.get("prompt_chars", 0)
+        return prompt, {"task_id": f"toy-{seed}", "system_prompt": "You are a test agent."}
 
     def step(self, action):
         self.turn += 1

@@ -209,8 +209,10 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
             raise RuntimeError(f"none of {len(demos)} demonstrations succeeded (end reasons: "
                                f"{dict(collections.Counter(d.end_reason for d in demos))}); check "
                                "rl.suite_options and the rollout window")
-        if demos_cache is not None:
-            demos_cache.write_bytes(pickle.dumps((seqs, demo_pass)))
+        if demos_cache is not None:  # written whole or not at all: a cut-off file would be read next time
+            partial = demos_cache.with_suffix(demos_cache.suffix + ".partial")
+            partial.write_bytes(pickle.dumps((seqs, demo_pass)))
+            partial.replace(demos_cache)
     t1 = time.perf_counter()
     run = build(config, s.optim, init_from=init_from, engine=False)
     history = train_and_save_sft(config, run, seqs, ids, workdir, log)
