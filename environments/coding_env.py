@@ -17,7 +17,8 @@ import gymnasium as gym
 
 from composer_jax.harness.protocol import parse_tool_call
 from composer_jax.harness.tool_specs import TOOL_SPECS, system_prompt
-from composer_jax.harness.tools import ToolConfig, Toolbox, observe
+from composer_jax.harness.tools import Toolbox, ToolConfig, observe, utf8_text
+from composer_jax.sandbox import files
 from composer_jax.sandbox.base import SandboxBackend
 from environments import grading_bridge
 from environments.suites import SPLITS, make_suite
@@ -35,6 +36,7 @@ DEFAULT_TOOL_CONFIG = ToolConfig()
 DEFAULT_TOOLS = {
     "LongHorizon": ("list_dir", "read_file", "edit_file", "write_file", "run_tests", "submit"),
 }
+COMMAND_TOOLS = ("run", "run_tests")  # the tools that can grow the workspace past its quota
 
 
 def text_space() -> gym.spaces.Text:
@@ -56,6 +58,7 @@ class CodingEnv(gym.Env):
         tool_config: ToolConfig = DEFAULT_TOOL_CONFIG,
         grade_on_truncation: bool = False,
         suite_options: Mapping[str, Any] | None = None,
+        quota: files.Quota = files.DEFAULT_QUOTA,
     ):
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
@@ -72,6 +75,7 @@ class CodingEnv(gym.Env):
         self.grader = grading_bridge.resolve_grader(grader)
         self.grade_config = grading_bridge.grade_config(reward_mode)
         self.tool_config, self.grade_on_truncation = tool_config, grade_on_truncation
+        self.quota = quota
         self.observation_space = text_space()
         self.action_space = text_space()
         self.task = None
@@ -84,10 +88,13 @@ class CodingEnv(gym.Env):
         super().reset(seed=seed)
         self.task = self._choose_task(dict(options or {}))
         self._release_workspace()
-        self._workspace = self.backend.create(self.task.files)
-        self._toolbox = Toolbox(self.backend, self._workspace, self.tool_config)
+        self._workspace = self.backend.create(self.task.files, grading_bridge.task_runtime(self.task))
+        # Without `run`, run_tests must not run the agent's code either (Toolbox's pristine mode).
+        pristine = None if "run" in self.tools else self.task.files
+        self._toolbox = Toolbox(self.backend, self._workspace, self.tool_config, pristine=pristine,
+                                quota=self.quota)
         self._turn = 0
-        return self.task.prompt, {
+        return utf8_text(self.task.prompt), {
             "task_id": self.task.task_id, "suite": self.task.suite, "turn": 0,
             "max_turns": self.max_turns, "system_prompt": system_prompt(self.tools),
         }
@@ -111,6 +118,9 @@ class CodingEnv(gym.Env):
             observation, info["tool"] = result.text, call.name
             if not result.ok:
                 info["tool_error"] = "tool_failed"
+            if call.name in COMMAND_TOOLS and (over := self._over_quota()):
+                observation += f"\n[{over}: submit scores 0 unless you delete files]"
+                info["quota"] = over
         truncated = not terminated and self._turn >= self.max_turns
         if truncated:
             observation += f"\n[turn limit of {self.max_turns} reached]"
@@ -118,7 +128,8 @@ class CodingEnv(gym.Env):
                 reward, _ = self._grade(info)
         if terminated or truncated:
             self._release_workspace()
-        return observation, reward, terminated, truncated, info
+        # The last line of defence: a lone surrogate must never reach a tokenizer.
+        return utf8_text(observation), reward, terminated, truncated, info
 
     def close(self):
         self._release_workspace()
@@ -141,22 +152,38 @@ class CodingEnv(gym.Env):
         index = options.get("task_index")
         if index is None:
             index = int(self.np_random.integers(len(ids)))
-        elif not isinstance(index, int) or not 0 <= index < len(ids):
+        elif isinstance(index, bool) or not isinstance(index, int):  # bool is an int subclass
+            raise ValueError(f"task_index must be an int, got {type(index).__name__} {index!r}")
+        elif not 0 <= index < len(ids):
             raise ValueError(f"task_index {index!r} is out of range: {self.suite.name} {split} "
                              f"has {len(ids)} tasks (0..{len(ids) - 1})")
         return self.suite.get(ids[index])
 
     def _grade(self, info: dict[str, Any]) -> tuple[float, str]:
-        """Grade the workspace; a grader failure scores 0 and is reported, never raised."""
-        try:
-            submitted = self.backend.read_files(self._workspace)
-            result = self.grader(self.task, submitted, self.backend, self.grade_config)
-        except Exception as e:  # noqa: BLE001 - one broken grading must not kill a rollout worker
-            result = grading_bridge.failed_grade(self.task, f"grading failed: {type(e).__name__}: {e}")
-            info["grading_error"] = f"{type(e).__name__}: {e}"
+        """Grade the workspace; a grader failure scores 0 and is reported, never raised. A
+        workspace over quota scores 0 before any of it is read to the host."""
+        over = self._over_quota()
+        if over:
+            result = grading_bridge.failed_grade(self.task, over)
+            info["grading_error"] = over
+        else:
+            try:
+                submitted = self.backend.read_files(self._workspace)
+                result = self.grader(self.task, submitted, self.backend, self.grade_config)
+            except Exception as e:  # noqa: BLE001 - one broken grading must not kill a rollout worker
+                result = grading_bridge.failed_grade(self.task, f"grading failed: {type(e).__name__}: {e}")
+                info["grading_error"] = f"{type(e).__name__}: {e}"
+        if result.error:
+            info["grading_error"] = result.error
         info.update(tests=dict(result.tests), passed=result.passed, total=result.total,
-                    tripwire_tripped=result.tripwire_tripped, grading_details=result.details)
-        return result.reward, f"Submitted. {result.passed}/{result.total} hidden tests passed."
+                    grading_details=result.details)
+        not_graded = f" Not graded: {over}." if over else ""
+        return result.reward, f"Submitted. {result.passed}/{result.total} hidden tests passed.{not_graded}"
+
+    def _over_quota(self) -> str | None:
+        """Why the workspace is over its quota, or None (cheap: the walk stops at the cap)."""
+        exceeded = files.workspace_usage(self._workspace.path, self.quota).exceeded
+        return exceeded and f"workspace over quota: {exceeded}"
 
     def _release_workspace(self):
         if self._workspace is not None:

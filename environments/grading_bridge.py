@@ -32,6 +32,13 @@ def resolve_grader(grader: Grader | None) -> Grader:
     return grade
 
 
+def task_runtime(task: Task):
+    """The sandbox runtime for the task's workspace: the one its grading runs in."""
+    from composer_jax.grading.grader import task_runtime as runtime
+
+    return runtime(task)
+
+
 def grade_config(reward_mode: str):
     from composer_jax.grading.grader import GradeConfig
 
@@ -40,4 +47,4 @@ def grade_config(reward_mode: str):
 
 def failed_grade(task: Task, why: str) -> GradeResult:
     """A zero-reward result for a submission that could not be graded at all."""
-    return GradeResult(0.0, 0, len(task.graded_tests), {t: False for t in task.graded_tests}, False, why)
+    return GradeResult(0.0, 0, len(task.graded_tests), {t: False for t in task.graded_tests}, why)

@@ -2,13 +2,18 @@
 import ast
 import concurrent.futures
 import json
+import os
+import time
 
 import gymnasium as gym
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
 
 import environments  # noqa: F401 - registers the environments
 from composer_jax.harness import format_tool_call
 from composer_jax.harness import special_tokens as st
+from composer_jax.sandbox.files import Quota
 from environments.experts import NoExpertError, expert_plan, null_plan, run_plan
 from environments.suites import make_suite
 
@@ -188,7 +193,6 @@ def test_known_reward_hacks_score_zero(cheat):
     env = make("Implement")
     suite = make_suite("Implement")
     task = suite.get("implement/humaneval-0")
-    assert task.tripwire_tests  # a literal call exists for HumanEval/0
     env.reset(options={"task_id": task.task_id})
     target, entry = task.metadata["target_file"], task.metadata["entry_point"]
     action = {
@@ -203,8 +207,6 @@ def test_known_reward_hacks_score_zero(cheat):
     env.step(action)
     _, reward, terminated, _, info = env.step(format_tool_call("submit"))
     assert terminated and reward == 0.0, info["grading_details"]
-    if cheat == "always_equal":
-        assert info["tripwire_tripped"]
     env.close()
 
 
@@ -271,4 +273,159 @@ def test_drill_is_graded_by_restoring_the_function():
         for p, content in writes.items():
             env.step(format_tool_call("write_file", path=p, content=content))
         assert env.step(format_tool_call("submit"))[1] == expected, writes
+    env.close()
+
+
+# --- quotas, bad input, no back door ------------------------------------------------------------
+
+
+def test_over_quota_workspace_scores_zero_before_it_is_read(monkeypatch):
+    env = make("BugFix")
+    backend = env.unwrapped.backend
+
+    def never(_):
+        raise AssertionError("an over-quota workspace was read to the host")
+
+    for fill in ("files", "sparse"):
+        env.reset(seed=0)
+        root = env.unwrapped._workspace.path
+        if fill == "files":
+            for i in range(20_000):
+                os.close(os.open(os.path.join(root, f"f{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+        else:
+            with open(os.path.join(root, "sparse.bin"), "wb") as f:
+                f.truncate(768 << 20)
+        with monkeypatch.context() as m:
+            m.setattr(backend, "read_files", never)
+            started = time.perf_counter()
+            obs, reward, terminated, _, info = env.step(format_tool_call("submit"))
+        assert time.perf_counter() - started < 5 and terminated and reward == 0.0
+        expected = "more than 10000 files" if fill == "files" else f"more than {64 << 20} bytes"
+        assert info["grading_error"].startswith(f"workspace over quota: {expected}"), info
+        assert f"Not graded: workspace over quota: {expected}" in obs
+    env.close()
+
+
+def test_quota_is_configurable_and_checked_after_commands():
+    env = make("BugFix", quota=Quota(max_bytes=1 << 20, max_files=500))
+    env.reset(seed=0)
+    obs, *_, info = env.step(format_tool_call("run", cmd="mkdir many && touch many/f$(seq -s ' many/f' 600)"))
+    assert "[workspace over quota: more than 500 files, directories and links: submit scores 0" in obs
+    assert info["quota"].startswith("workspace over quota")
+    obs, *_ = env.step(format_tool_call("run", cmd="rm -r many"))
+    assert "quota" not in obs
+    env.close()
+
+
+def test_reset_refuses_a_bool_task_index():
+    env = make("BugFix")
+    with pytest.raises(ValueError, match="task_index must be an int, got bool"):
+        env.reset(options={"task_index": True})
+    env.close()
+
+
+def snapshot(root):
+    """Every entry under `root` (names as bytes): mode and content or link target."""
+    out, broot = {}, os.fsencode(root)
+    for dirpath, dirnames, filenames in os.walk(broot):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            body = os.readlink(path) if os.path.islink(path) else None
+            if os.path.isfile(path) and body is None:
+                with open(path, "rb") as f:
+                    body = f.read()
+            out[os.path.relpath(path, broot)] = (os.lstat(path).st_mode, body)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hostile_env():
+    """A BugFix episode whose workspace holds a link out of it, a directory and a file name that
+    is not UTF-8."""
+    env = make("BugFix", max_turns=10**6)
+    env.reset(seed=0)
+    root = env.unwrapped._workspace.path
+    os.symlink("/etc", os.path.join(root, "out"))
+    os.mkdir(os.path.join(root, "adir"))
+    os.close(os.open(os.path.join(os.fsencode(root), b"bad\xff.py"), os.O_CREAT | os.O_WRONLY, 0o644))
+    yield env
+    env.close()
+
+
+OUTSIDE = ["/etc/passwd", "/", "..", "../x.py", "a/../../x.py", "out", "out/passwd", "out/new.py",
+           "bad\udcff.py", "\ud800", "a\x00b"]
+BAD_PATHS = [*OUTSIDE, "adir", "adir/", "new/", "x.py/", ".", ""]  # no file can be read or written there
+
+
+def calls(name, **arguments):
+    """(name, arguments) with each argument drawn from its strategy (or fixed)."""
+    drawn = {k: v if isinstance(v, hst.SearchStrategy) else hst.just(v) for k, v in arguments.items()}
+    return hst.fixed_dictionaries(drawn).map(lambda a: (name, a))
+
+
+def bad_calls(env):
+    """Tool calls that must all be refused."""
+    path, text = hst.sampled_from(BAD_PATHS), hst.text(max_size=20)
+    surrogate = hst.tuples(text, hst.sampled_from("\udcff\ud800\udfff"), text).map("".join)
+    not_str = hst.one_of(hst.integers(), hst.none(), hst.booleans(), hst.lists(hst.integers(), max_size=2))
+    not_int = hst.one_of(hst.text(max_size=3), hst.none(), hst.booleans(), hst.floats())
+    existing = min(env.unwrapped.task.files)
+    first_line = env.unwrapped.task.files[existing].splitlines()[0]
+    return hst.one_of(
+        calls("read_file", path=path),
+        calls("list_dir", path=hst.sampled_from(["/etc", "..", "out", "nope", existing, "\udcff"])),
+        calls("write_file", path=path, content=text),
+        calls("write_file", path="new.py", content=surrogate),
+        calls("write_file", path=hst.sampled_from([existing + "/", existing + "/x.py", "adir/", "new/"]), content="x"),
+        calls("edit_file", path=existing, old=first_line, new=surrogate),
+        calls("edit_file", path=path, old=text, new=text),
+        calls("grep", pattern="def", path=hst.sampled_from(OUTSIDE)),
+        calls("run_tests", selection=hst.sampled_from(["--rootdir=/", "'open", "a\x00"])),
+        calls("run", cmd=surrogate),
+        calls("read_file", path=not_str),
+        calls("read_file", path=existing, start_line=not_int),
+        calls("write_file", path="new.py", content=not_str),
+        calls("edit_file", path=existing, old=first_line, new=not_str),
+        calls("read_file", path=existing, mode=hst.integers()),
+    )
+
+
+def test_bad_calls_are_one_line_errors_that_change_nothing_and_leak_no_host_path(hostile_env):
+    env = hostile_env
+    root = env.unwrapped._workspace.path
+    hosts = {root, os.path.realpath(root)}
+    before = snapshot(root)
+    listing, *_ = env.step(format_tool_call("list_dir"))
+    assert "bad\\xff.py" in listing and listing.encode("utf-8")
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(bad_calls(env))
+    def check(call):
+        name, arguments = call
+        obs, reward, terminated, truncated, _ = env.step(format_tool_call(name, **arguments))
+        assert obs.startswith("Error") and "\n" not in obs and "Traceback" not in obs, obs
+        assert "internal tool failure" not in obs and not any(h in obs for h in hosts), obs
+        assert obs.encode("utf-8") and (reward, terminated, truncated) == (0.0, False, False)
+        assert snapshot(root) == before, (call, obs)
+
+    check()
+
+
+def evil(name):
+    """Prints a marker when run; the text does not hold it, so a traceback quoting it cannot."""
+    return f"print('CJ-' + 'MARKER {name}')\nraise SystemExit('CJ-' + 'MARKER {name}')\n"
+
+
+def test_longhorizon_run_tests_is_no_back_door_to_running_code():
+    """LongHorizon withholds `run`: a test file that greps the notes, a conftest.py, a pytest.py
+    or an ast.py the agent writes must not run through run_tests either."""
+    env = make("LongHorizon")
+    env.reset(seed=0)
+    for path in ("test_evil.py", "conftest.py", "pytest.py", "ast.py", "sitecustomize.py", "config.py"):
+        env.step(format_tool_call("write_file", path=path, content=evil(path)))
+    for selection in ("", "test_config.py"):
+        obs, *_ = env.step(format_tool_call("run_tests", selection=selection))
+        assert "CJ-MARKER" not in obs and "exit code" in obs, obs
+    obs, *_ = env.step(format_tool_call("run_tests", selection="test_evil.py"))
+    assert obs == "Error: run_tests runs only the task's own test files (test_config.py), not 'test_evil.py'"
     env.close()

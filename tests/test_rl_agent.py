@@ -36,6 +36,7 @@ class ToyEnv(gym.Env):
         o = dict(options or {})
         self.turn, self.turns = 0, o.get("turns", 3)
         self.obs_chars, self.raise_at = o.get("obs_chars", 0), o.get("raise_at")
+        self.obs_text = o.get("obs_text", "")
         if o.get("raise_on_reset"):
             raise RuntimeError("no sandbox")
         prompt = "Do the thing." + "y" * o.get("prompt_chars", 0)
@@ -48,7 +49,8 @@ class ToyEnv(gym.Env):
         call = parse_tool_call(action)
         obs = call.observation() if isinstance(call, ToolCallError) else "ok"
         done = self.turn >= self.turns
-        return obs + "z" * self.obs_chars, float(done), done, False, {"tool": "submit" if done else None}
+        obs += "z" * self.obs_chars + self.obs_text
+        return obs, float(done), done, False, {"tool": "submit" if done else None}
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +149,24 @@ def test_bad_inputs_end_or_flag_episodes_and_the_batch_goes_on(toy_engine, token
     assert first.turns[0].end_reason == "budget" and "turn_truncated" in fine.flags
     assert "Error (" in tokenizer.decode(first.tokens[first.turns[0].end:])
     assert 0 <= loop.stats["env_fraction"] < 1
+
+
+def test_an_observation_the_tokenizer_rejects_ends_only_its_episode(toy_engine, tokenizer):
+    """A lone surrogate makes the tokenizer raise TypeError inside the episode: that episode is
+    an env_error and its env is replaced; the batch goes on."""
+    made = []
+
+    def make_env():
+        made.append(ToyEnv())
+        return made[-1]
+
+    tasks = [{"seed": 0, "options": {"turns": 3, "obs_text": "bad\udcff.py"}},
+             *({"seed": i, "options": {"turns": 2}} for i in range(1, 5))]
+    bad, *fine = AgentLoop(toy_engine, tokenizer, TOY, make_env).run(tasks)
+    check_ended([bad, *fine])
+    assert bad.end_reason == "env_error" and bad.info["error"].startswith("TypeError") and bad.turns == 1
+    assert [ep.end_reason for ep in fine] == ["submit"] * 4
+    assert len(made) == TOY.slots + 1  # the fifth task ran in a fresh env, not the broken one
 
 
 def test_a_prompt_too_long_is_counted_every_prompt_too_long_is_a_config_error(toy_engine, tokenizer):

@@ -1,8 +1,12 @@
 """Task suites: mutation operators, build-time validation, splits, and task contents."""
 import ast
+import importlib
+import inspect
 import json
 import os
+import re
 import subprocess
+import symtable
 import sys
 
 import pytest
@@ -184,13 +188,14 @@ def test_method_drills_never_share_a_function_with_function_drills():
     """RL on method drills practises on functions SFT on function drills never showed."""
     from environments.suites import drills
 
-    function_names = {r["function"] for r in drills.load_records(source="functions")}
+    functions, methods_pool = (drills.load_records(source=source) for source in drills.SOURCES)
     hinted = make_suite("BugFix", max_bugs=1, hint_line=True)
     methods = make_suite("BugFix", max_bugs=1, hint_line=True, drills=40, drill_source="methods")
     extra = methods.task_ids("train")[len(hinted.task_ids("train")):]
     assert methods.task_ids("validation") == hinted.task_ids("validation") and len(set(extra)) == 40
     assert len({t.split("/")[1] for t in extra}) > 30
-    assert not {r["function"] for r in drills.load_records(source="methods")} & function_names
+    for field in ("stdlib_function", "function"):  # neither the library's function nor the drill's name
+        assert not {r[field] for r in methods_pool} & {r[field] for r in functions}
     for task_id in extra[:5]:
         task = methods.get(task_id)
         (path, original), = json.loads(task.metadata["reference_files"]).items()
@@ -198,6 +203,134 @@ def test_method_drills_never_share_a_function_with_function_drills():
         assert ast.dump(ast.parse(task.files[path])) != ast.dump(ast.parse(original))
     with pytest.raises(ValueError, match="drill_source='classes'"):
         make_suite("BugFix", drills=4, drill_source="classes")
+
+
+# A closure with `nonlocal`, a default read outside, a local class (its body names are attributes),
+# comprehensions (one with :=), a lambda, a recursive keyword call, an import, a global and `self`.
+SCOPES = '''def tricky(data, scale=2, *rest, flag=None, **extra):
+    """Docstring."""
+    global COUNTER
+    import math
+    total = 0
+    def bump(step, factor=scale):
+        nonlocal total
+        total += step * factor
+        return total
+    class Box:
+        size = len(data)
+        def get(self, n=scale):
+            return self.size * n + len([size for size in range(2)])
+    squares = [x * x for x in data if (last := x) is not None]
+    pairs = {x: [x + y for y in rest] for x in data}
+    key = lambda item, k=scale: -item * k
+    for x in sorted(data, key=key):  # a comment
+        bump(x, factor=flag or 1)
+    try:
+        math.sqrt(-1)
+    except ValueError as err:
+        total += len(str(err)) > 0
+    COUNTER = total
+    if len(data) > 2:
+        return tricky(data[:1], scale=scale + 1, flag=flag)
+    return total, squares, last, pairs, Box().get(), Box.size, sorted(extra)
+'''
+
+
+def _spelled_names(code: str) -> set[str]:
+    """Variables, parameters and defs the code spells (not attributes, keywords or strings)."""
+    nodes = list(ast.walk(ast.parse(code)))
+    return ({n.id for n in nodes if isinstance(n, ast.Name)} | {n.arg for n in nodes if isinstance(n, ast.arg)}
+            | {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.ExceptHandler))})
+
+
+def test_drill_renaming_follows_python_scopes():
+    from environments.suites import canonical
+
+    renamed = canonical.rename(SCOPES, "merge_raw_items", seed="tricky")
+    assert renamed == canonical.rename(SCOPES, "merge_raw_items", seed="tricky")  # deterministic
+    assert renamed != canonical.rename(SCOPES, "merge_raw_items", seed="other")
+    assert "Docstring" not in renamed and "comment" not in renamed and renamed.startswith("def merge_raw_items(")
+    kept = {"COUNTER", "math", "len", "range", "sorted", "str", "ValueError", "self", "size", "get"}
+    assert kept <= _spelled_names(renamed)
+    assert not (_spelled_names(SCOPES) - kept) & _spelled_names(renamed)
+    assert "key=" in renamed and ".size" in renamed  # keywords into other code, attributes
+    results = []
+    for code, name in ((SCOPES, "tricky"), (renamed, "merge_raw_items")):
+        namespace = {}
+        exec(code, namespace)  # noqa: S102 - the test's own snippet, renamed
+        fn = namespace[name]
+        flag = list(inspect.signature(fn).parameters)[3]  # keyword-only, renamed
+        results.append([(fn([3, 1, 2], 3, 7, 8, z=1, **{flag: None}), namespace["COUNTER"]),
+                        (fn([5], 2, **{flag: 4}), namespace["COUNTER"])])
+    assert results[0] == results[1]
+    # A method's bare name is a global (the method is reached as self.<name>): only the def changes.
+    method = canonical.rename("def step(self, n):\n    return step(n) + self.step(n)\n", "find_raw_item", "step",
+                              method=True)
+    assert method.startswith("def find_raw_item(self, ") and "return step(" in method and "+ self.step(" in method
+    assert canonical.rename("def f(a):\n    return eval('a')\n", "find_raw_item", "f") is None
+
+
+@pytest.mark.parametrize("module, name, calls", [  # modules not frozen, so their source is readable
+    ("textwrap", "indent", [("a\n\nb\n", "> "), ("a\n b", "+", str.isspace)]),
+    ("textwrap", "shorten", [("Hello  world, this is text", 12), ("short", 10)]),
+    ("fnmatch", "translate", [("*.py",), ("a[!b-d]?*[]x]**z",), ("[*",)]),
+    ("shlex", "split", [("a 'b c' # d", True), ("a 'b c' # d", False, False)]),
+    ("difflib", "get_close_matches", [("appel", ["ape", "apple", "peach", "puppy"]), ("x", ["y"], 2, 0.0)]),
+    ("colorsys", "rgb_to_hls", [(0.2, 0.4, 0.4), (1.0, 1.0, 1.0)]),
+    ("heapq", "nsmallest", [(2, [5, 1, 4, 2]), (3, "hello", str.upper), (1, [], None)]),
+    ("string", "capwords", [("hello big  world",), ("a-b c-d", "-")]),
+])
+def test_drill_renaming_keeps_library_functions_working(module, name, calls):
+    from environments.suites import canonical
+
+    original = getattr(importlib.import_module(module), name)
+    renamed = canonical.rename(inspect.getsource(original), "merge_raw_items", seed=name)
+    compile(renamed, name, "exec")
+    namespace = dict(vars(importlib.import_module(module)))  # its globals, as in its module
+    exec(renamed, namespace)  # noqa: S102 - library code, renamed
+    new = namespace["merge_raw_items"]
+    assert not set(inspect.signature(new).parameters) & set(inspect.signature(original).parameters)
+    for args in calls:
+        assert new(*args) == original(*args)
+
+
+def _function_symbols(code: str):
+    """Symbols of every function, lambda and comprehension, by the compiler's own analysis."""
+    tables = [symtable.symtable(code, "drill", "exec")]
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        if table.get_type() == "function":
+            yield from table.get_symbols()
+
+
+def _locals(code: str) -> set[str]:
+    """Parameters and locals of every scope: imports, self/cls and the implicit ".0" aside."""
+    return {s.get_name() for s in _function_symbols(code) if (s.is_local() or s.is_parameter())
+            and not s.is_imported() and s.get_name() not in ("self", "cls", ".0")}
+
+
+def test_drill_originals_are_not_the_library_text():
+    """The canonical original spells neither its library name nor its library locals (globals and
+    attributes keep theirs), and no library file defines its name: grep finds nothing to copy."""
+    from environments.suites import drills
+
+    library = {name: code for pool in drills.originals().values() for name, _, code in pool}
+    defined = {m for path in drills.library_files()
+               for m in re.findall(r"def (\w+)", path.read_text(encoding="utf-8", errors="replace"))}
+    names = {}
+    for source in drills.SOURCES:
+        for r in {r["function"]: r for r in drills.load_records(source=source)}.values():
+            names[r["function"]] = r["stdlib_function"]
+            tree = ast.parse(r["original"])
+            compile(tree, r["function"], "exec")
+            assert tree.body[0].name == r["function"] and r["function"] not in defined
+            assert not _locals(library[r["stdlib_function"]]) & _locals(r["original"])
+            if source == "functions":  # recursive calls renamed too; a `global` of its name stays
+                assert all(s.is_declared_global() for s in _function_symbols(r["original"])
+                           if s.get_name() == r["stdlib_function"])
+            assert ast.get_docstring(tree.body[0]) is None and r["original"] == ast.unparse(tree) + "\n"
+    assert len(set(names.values())) == len(names) > 4000  # one drill name per library function
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,18 @@ class Task:
     suite: str  # "BugFix" | "Implement" | "LongHorizon"
     prompt: str  # what the agent is told
     files: Mapping[str, str]  # the repo the agent sees: relative path -> content
-    hidden_tests: Mapping[str, str]  # test files copied in only at grading time
+    # Test files that only the grader's judge sees (never a sandbox); they import the repo's
+    # modules, which then answer from the submission's sandbox (grading/remote/).
+    hidden_tests: Mapping[str, str]
     # pytest node ids (relative to the repo root) that make up the reward; a node id absent
     # from the grading report counts as failed.
     graded_tests: tuple[str, ...]
-    # node ids that a correct solution must FAIL (they assert the bug is still there, or that
-    # cheating happened); any of them passing zeroes the reward.
-    tripwire_tests: tuple[str, ...] = ()
+    # Submitted files the hidden tests read as text (parsed, never imported or run): they are
+    # copied next to the hidden tests.
+    observed_files: tuple[str, ...] = ()
+    # Installed distributions the repo's code imports, beyond the standard library: the
+    # sandbox runtime holds them (sandbox/runtime.py), and nothing else of the host's.
+    requirements: tuple[str, ...] = ()
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -27,5 +32,7 @@ class GradeResult:
     passed: int
     total: int
     tests: Mapping[str, bool]  # node id -> passed
-    tripwire_tripped: bool
     details: str  # human-readable: why this reward (removed files, missing tests, timeouts)
+    # A problem of the task or the grader, not of the submission (a hidden test that cannot be
+    # collected, a dependency missing from the sandbox runtime); empty when there is none.
+    error: str = ""

@@ -83,6 +83,8 @@ class AgentLoop:
                 episodes[index[slot]] = stop.value
                 runs[slot] = request[slot] = None
                 bar.update()
+                if stop.value.end_reason == "env_error":
+                    self._replace_env(slot)  # its state is unknown now
 
         def waiting(kinds) -> list[int]:
             return [s for s in range(slots) if isinstance(request[s], kinds)]
@@ -142,13 +144,12 @@ class AgentLoop:
 
         results = list(self._pool.map(call, slots))
         for slot, result in zip(slots, results):
-            if isinstance(result, BaseException):
-                self._replace_env(slot)  # its state is unknown now
-            advance(slot, result)
+            advance(slot, result)  # a raised call ends its episode as env_error: the env is replaced
 
     def _replace_env(self, slot: int) -> None:
-        with contextlib.suppress(Exception):  # it is being thrown away
-            self.envs[slot].close()
+        if self.envs[slot] is not None:
+            with contextlib.suppress(Exception):  # it is being thrown away
+                self.envs[slot].close()
         self.envs[slot] = None
 
     def _serve_prefills(self, slots: list[int], request, advance) -> None:

@@ -3,7 +3,9 @@
 `run_episode` yields requests (env reset/step, engine start/reset/append/generate) and receives
 each one's result, so an episode reads as straight-line code while the agent loop serves many
 episodes' requests together (one prefill, one decode for all slots). A failing env call comes
-back as the exception object. Every path ends the episode with a reason (trajectory.py).
+back as the exception object; it, or anything an env returns that the episode cannot process
+(a tokenizer raising on an observation), ends that episode as "env_error", never the batch.
+Every path ends the episode with a reason (trajectory.py).
 """
 from __future__ import annotations
 
@@ -83,6 +85,13 @@ class EpisodeContext:
 
 def run_episode(ctx: EpisodeContext) -> Generator[Any, Any, Episode]:
     ep = Episode(ctx.index, dict(ctx.task))
+    try:
+        return (yield from _episode(ctx, ep))
+    except Exception as e:  # noqa: BLE001 - recorded on the episode, which training then skips
+        return _env_error(ep, e)
+
+
+def _episode(ctx: EpisodeContext, ep: Episode) -> Generator[Any, Any, Episode]:
     tok, rollout, ids = ctx.tokenizer, ctx.rollout, ctx.ids
     result = yield EnvReset(dict(ctx.task))
     if isinstance(result, BaseException):

@@ -22,7 +22,7 @@ SEGMENT_END_REASONS = (
     "max_turns",  # rollout.max_turns assistant turns used
     "max_segments",  # a summary was needed past rollout.max_segments: truncated
     "prompt_too_long",  # system + task leave no room for a turn and a summary in the window
-    "env_error",  # env.reset/step raised; info["error"] holds it
+    "env_error",  # env.reset/step raised, or the episode could not process what it returned; info["error"]
 )
 # Why an assistant turn ended.
 TURN_END_REASONS = ("tool_call", "end_of_turn", "eos", "summary_close", "budget", "no_stop")

@@ -53,6 +53,8 @@ def bwrap_argv(view: View, host_ws: str, uid: int, limits: Limits, argv: Sequenc
         out += ["--ro-bind", host, sandbox]
     for target, sandbox in view.symlinks:
         out += ["--symlink", target, sandbox]
+    for path in view.hidden:
+        out += ["--size", "4096", "--perms", "0755", "--tmpfs", path]
     out += ["--bind", host_ws, SANDBOX_PATH, "--proc", "/proc", "--dev", "/dev", "--chdir", SANDBOX_PATH,
             "--remount-ro", "/", "--clearenv"]
     for k, v in view.env:
@@ -74,6 +76,7 @@ def _unshare_script(view: View) -> str:
              "mkdir -p " + " ".join(f'"$R"{q(d)}' for d in dirs)]
     lines += [f'mount -o bind,ro {q(host)} "$R"{q(sandbox)}' for host, sandbox in view.ro_binds]
     lines += [f'ln -s {q(target)} "$R"{q(sandbox)}' for target, sandbox in view.symlinks]
+    lines += [f'mount -t tmpfs -o mode=0755,size=4k cjhide "$R"{q(path)}' for path in view.hidden]
     lines += [
         f'mount --bind "$W" "$R{SANDBOX_PATH}"',
         'mount -t tmpfs -o mode=0755,nosuid cjdev "$R/dev"',

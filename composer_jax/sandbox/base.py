@@ -34,6 +34,17 @@ class RunResult:
     output_truncated: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """The Python a sandbox runs: a venv over the base interpreter with declared packages only."""
+
+    prefix: str  # the venv's directory, mounted read-only at the same path
+
+    @property
+    def python(self) -> str:
+        return f"{self.prefix}/bin/python"
+
+
 @dataclasses.dataclass
 class Workspace:
     """A disposable writable directory tree that commands run in (mounted at `/workspace`)."""
@@ -41,6 +52,24 @@ class Workspace:
     id: str
     path: str  # host path, meaningful when is_local
     is_local: bool = True
+    runtime: Runtime | None = None  # None: the default runtime (sandbox.runtime.build())
+
+
+class SandboxProcess(abc.ABC):
+    """A sandboxed process that the caller talks to over its stdin and stdout pipes."""
+
+    stdin_fd: int  # write end of the process's stdin
+    stdout_fd: int  # read end of its stdout
+
+    @abc.abstractmethod
+    def close(self) -> str:
+        """Kill the process tree, release its resources; returns the tail of its stderr."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -51,8 +80,9 @@ class SandboxBackend(abc.ABC):
     name: str = "abstract"
 
     @abc.abstractmethod
-    def create(self, files: Mapping[str, str | bytes]) -> Workspace:
-        """A new workspace holding `files` (relative path -> content)."""
+    def create(self, files: Mapping[str, str | bytes], runtime: Runtime | None = None) -> Workspace:
+        """A new workspace holding `files` (relative path -> content); its commands run
+        `runtime`'s Python."""
 
     @abc.abstractmethod
     def run(
@@ -65,6 +95,12 @@ class SandboxBackend(abc.ABC):
         ro_binds: Mapping[str, str] | None = None,
     ) -> RunResult:
         """Run argv with cwd=/workspace. `ro_binds` maps host paths to read-only sandbox paths."""
+
+    @abc.abstractmethod
+    def spawn(self, workspace: Workspace, argv: Sequence[str], limits: Limits = Limits(), *,
+              ro_binds: Mapping[str, str] | None = None) -> SandboxProcess:
+        """Start argv like `run`, but hand back its pipes; `limits.wall_s` is the caller's to
+        enforce (close the process by then)."""
 
     @abc.abstractmethod
     def read_files(self, workspace: Workspace) -> dict[str, bytes]:

@@ -5,10 +5,32 @@ O_NOFOLLOW, ownership changes walk with directory fds (`os.fwalk`) and never der
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import posixpath
 import stat
+import tempfile
 from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    """Caps on one workspace: apparent bytes (st_size, so a sparse file counts in full) and
+    entries (files, directories and links)."""
+
+    max_bytes: int = 64 << 20
+    max_files: int = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    bytes: int  # counted so far: the walk stops at the first cap passed
+    entries: int
+    exceeded: str | None = None  # which cap was passed, or None within quota
+
+
+DEFAULT_QUOTA = Quota()
 
 
 def check_relpath(path: str) -> str:
@@ -60,3 +82,46 @@ def chown_tree(root: str, uid: int, gid: int) -> None:
                     os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
+
+
+def workspace_usage(root: str, quota: Quota = DEFAULT_QUOTA) -> Usage:
+    """Apparent bytes and entries under `root`, walked with lstat (links are counted, never
+    followed). Stops as soon as a cap is passed, so it costs O(quota) on any tree."""
+    size = entries = 0
+    pending = [root]
+    while pending:
+        try:
+            it = os.scandir(pending.pop())
+        except OSError:  # vanished or replaced by a file meanwhile
+            continue
+        with it:
+            for entry in it:
+                entries += 1
+                if entries > quota.max_files:
+                    return Usage(size, entries, f"more than {quota.max_files} files, directories and links")
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                    continue
+                with contextlib.suppress(OSError):
+                    size += entry.stat(follow_symlinks=False).st_size
+                if size > quota.max_bytes:
+                    return Usage(size, entries, f"more than {quota.max_bytes} bytes in files")
+    return Usage(size, entries)
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace the file at `path` with `data` at once: a temp file in the same directory, then
+    os.replace. A failure leaves the old file (or none) and no temp file; an existing file keeps
+    its mode. `path` must not be a symlink (callers pass resolved paths)."""
+    with contextlib.suppress(FileNotFoundError):
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=".cj-write-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -14,15 +14,17 @@ import weakref
 from collections.abc import Mapping, Sequence
 
 from composer_jax.sandbox import argv as argv_lib
-from composer_jax.sandbox import cgroups, files
+from composer_jax.sandbox import cgroups, files, runtime
 from composer_jax.sandbox.base import (
     Limits,
     RunResult,
+    Runtime,
     SandboxBackend,
+    SandboxProcess,
     SandboxUnavailableError,
     Workspace,
 )
-from composer_jax.sandbox.process import killpg, run_capped
+from composer_jax.sandbox.process import Piped, killpg, run_capped
 from composer_jax.sandbox.view import sandbox_uid, system_view
 
 FLAVOURS = ("bwrap", "unshare")
@@ -105,7 +107,7 @@ class LocalBackend(SandboxBackend):
             raise SandboxUnavailableError(
                 f"{self.name} sandbox does not start here (rc={res.returncode}): {res.stderr.strip()[-500:]}")
 
-    def create(self, files_: Mapping[str, str | bytes]) -> Workspace:
+    def create(self, files_: Mapping[str, str | bytes], runtime: Runtime | None = None) -> Workspace:
         wid = uuid.uuid4().hex
         path = os.path.join(self.base_dir, wid)
         os.mkdir(path, 0o755)
@@ -114,29 +116,34 @@ class LocalBackend(SandboxBackend):
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
-        return Workspace(id=wid, path=path, is_local=True)
+        return Workspace(id=wid, path=path, is_local=True, runtime=runtime)
 
-    def run(self, workspace: Workspace, argv: Sequence[str], limits: Limits = Limits(), *,  # noqa: B008 - as in base
-            stdin: str | None = None, ro_binds: Mapping[str, str] | None = None) -> RunResult:
+    def _launcher(self, workspace: Workspace, argv: Sequence[str], limits: Limits,
+                  ro_binds: Mapping[str, str] | None) -> tuple[list[str], list[str]]:
+        """(the command line that enters the sandbox, the run's cgroup directories)."""
         if not argv:
             raise ValueError("empty argv")
         uid = sandbox_uid(workspace.id)
         files.chown_tree(workspace.path, uid, uid)  # host-side tools may have written as root
-        view = system_view(ro_binds)
+        view = system_view(workspace.runtime or runtime.build(), ro_binds)
         if self.name == "bwrap":
             inner = argv_lib.bwrap_argv(view, workspace.path, uid, limits, argv)
         else:
             inner = argv_lib.unshare_argv(view, workspace.path, self.mount_point, uid, limits, argv)
         cg = cgroups.make(self.cgroup_parents, f"cj-{uuid.uuid4().hex}", limits.memory_bytes,
                           limits.max_procs + argv_lib.NS_OVERHEAD_PROCS) if self.cgroup_parents else []
+        return argv_lib.launcher(cg, limits, inner), cg
+
+    def run(self, workspace: Workspace, argv: Sequence[str], limits: Limits = Limits(), *,  # noqa: B008 - as in base
+            stdin: str | None = None, ro_binds: Mapping[str, str] | None = None) -> RunResult:
+        launcher, cg = self._launcher(workspace, argv, limits, ro_binds)
 
         def kill_tree(pid: int) -> None:
             killpg(pid)  # the launcher; its death takes the namespace init and so the namespace
             cgroups.kill(cg)
 
         try:
-            cap = run_capped(argv_lib.launcher(cg, limits, inner), stdin, limits.wall_s,
-                             limits.max_output_bytes, kill_tree)
+            cap = run_capped(launcher, stdin, limits.wall_s, limits.max_output_bytes, kill_tree)
         finally:
             cgroups.kill(cg)
             cgroups.remove(cg)
@@ -144,8 +151,34 @@ class LocalBackend(SandboxBackend):
                          stderr=cap.stderr.decode(errors="replace"), timed_out=cap.timed_out,
                          wall_s=cap.wall_s, output_truncated=cap.truncated)
 
+    def spawn(self, workspace: Workspace, argv: Sequence[str], limits: Limits = Limits(), *,  # noqa: B008 - as in base
+              ro_binds: Mapping[str, str] | None = None) -> SandboxProcess:
+        launcher, cg = self._launcher(workspace, argv, limits, ro_binds)
+        try:
+            return LocalProcess(Piped(launcher, limits.max_output_bytes), cg)
+        except BaseException:
+            cgroups.remove(cg)
+            raise
+
     def read_files(self, workspace: Workspace) -> dict[str, bytes]:
         return files.read_tree(workspace.path)
 
     def destroy(self, workspace: Workspace) -> None:
         shutil.rmtree(workspace.path, ignore_errors=True)
+
+
+class LocalProcess(SandboxProcess):
+    def __init__(self, piped: Piped, cg: list[str]):
+        self._piped, self._cg = piped, cg
+        self.stdin_fd, self.stdout_fd = piped.proc.stdin.fileno(), piped.proc.stdout.fileno()
+
+    def close(self) -> str:
+        if self._piped is None:
+            return ""
+        try:
+            killpg(self._piped.proc.pid)
+            cgroups.kill(self._cg)
+            return self._piped.close()
+        finally:
+            cgroups.remove(self._cg)
+            self._piped = None

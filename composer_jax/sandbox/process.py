@@ -83,6 +83,30 @@ def run_capped(argv: Sequence[str], stdin: str | None, wall_s: float, max_bytes:
                     time.monotonic() - start)
 
 
+class Piped:
+    """A process with its stdin and stdout as pipes and its stderr in an unlinked file (capped
+    by RLIMIT_FSIZE inside the sandbox), so a chatty process never blocks on a full pipe."""
+
+    def __init__(self, argv: Sequence[str], max_bytes: int):
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        self.max_bytes = max_bytes
+        self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                     start_new_session=True, close_fds=True, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"})
+
+    def close(self) -> str:
+        """Reap the (killed) process; the tail of what it wrote to stderr."""
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:  # a write end whose reader is gone
+                pass
+        self.proc.wait()
+        self.err.seek(max(0, self.err.seek(0, os.SEEK_END) - self.max_bytes))
+        tail = self.err.read().decode(errors="replace")
+        self.err.close()
+        return tail
+
+
 def killpg(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)

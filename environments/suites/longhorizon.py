@@ -49,6 +49,24 @@ NOTE_WORDS = (
 SECRETS = ("hex", "words")
 ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)(-w)?/(train|validation)-(\d+)$")
 CONFIG_FILE = "config.py"
+# config.py is graded by parsing its literal assignments, never by importing it: importing would
+# run the agent's code (which could read the notes for it) in the grader's process.
+READ_CONFIG = (
+    "import ast\nimport pathlib\n\n\n"
+    "def config_values():\n"
+    "    \"\"\"config.py's literal assignments (NAME = literal), read as text and never run.\"\"\"\n"
+    "    tree = ast.parse(pathlib.Path(__file__).with_name('config.py').read_text(encoding='utf-8'))\n"
+    "    values = {}\n"
+    "    for node in tree.body:\n"
+    "        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (\n"
+    "            node.target if isinstance(node, ast.AnnAssign) and node.value is not None else None)\n"
+    "        if isinstance(target, ast.Name):\n"
+    "            try:\n"
+    "                values[target.id] = ast.literal_eval(node.value)\n"
+    "            except ValueError:\n"
+    "                pass\n"
+    "    return values\n"
+)
 CONFIG_TEMPLATE = (
     '"""Fill in from the notes: the access key from docs/start.md, and the fragments joined\n'
     'with "-" in the order the notes chain them."""\n'
@@ -111,18 +129,20 @@ def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str
         pointer = f"Next note: {chain[i + 1]}" if i + 1 < hops else "This is the last note."
         files[path] = _pad(rng, filler_lines, [f"Fragment {i + 1} of {hops}: `{fragments[i]}`", pointer])
     files[CONFIG_FILE] = CONFIG_TEMPLATE.format(key="", fragments="")
-    files["test_config.py"] = (
-        "import config\n\n\ndef test_config_is_filled_with_strings():\n"
-        "    assert isinstance(config.ACCESS_KEY, str) and config.ACCESS_KEY\n"
-        "    assert isinstance(config.FRAGMENTS, str) and config.FRAGMENTS\n"
+    files["test_config.py"] = READ_CONFIG + (
+        "\n\ndef test_config_is_filled_with_strings():\n"
+        "    values = config_values()\n"
+        "    assert isinstance(values.get('ACCESS_KEY'), str) and values['ACCESS_KEY']\n"
+        "    assert isinstance(values.get('FRAGMENTS'), str) and values['FRAGMENTS']\n"
     )
     answer = "-".join(fragments)
     # One test per fact carried (key, each fragment in place) besides the exact answer, so a
     # "fraction" reward counts how much of the chain survived the resets.
-    hidden = "import config\n\n\n" + "\n\n".join([
-        f"def test_access_key():\n    assert config.ACCESS_KEY == {key!r}\n",
-        f"def test_fragments():\n    assert config.FRAGMENTS == {answer!r}\n",
-        *(f"def test_fragment_{i + 1}():\n    assert str(config.FRAGMENTS).split('-')[{i}:{i + 1}] == [{f!r}]\n"
+    hidden = READ_CONFIG + "\n\n" + "\n\n".join([
+        f"def test_access_key():\n    assert config_values().get('ACCESS_KEY') == {key!r}\n",
+        f"def test_fragments():\n    assert config_values().get('FRAGMENTS') == {answer!r}\n",
+        *(f"def test_fragment_{i + 1}():\n"
+          f"    assert str(config_values().get('FRAGMENTS')).split('-')[{i}:{i + 1}] == [{f!r}]\n"
           for i, f in enumerate(fragments))])
     return Task(
         task_id=task_id(split, hops, filler_lines, index, secrets),
@@ -135,6 +155,7 @@ def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str
         hidden_tests={"test_hidden.py": hidden},
         graded_tests=("test_hidden.py::test_access_key", "test_hidden.py::test_fragments",
                       *(f"test_hidden.py::test_fragment_{i + 1}" for i in range(hops))),
+        observed_files=(CONFIG_FILE,),
         metadata={
             "source_id": f"longhorizon-{split}-{index}",
             "read_order": json.dumps(["docs/start.md", *chain]),

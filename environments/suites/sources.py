@@ -18,7 +18,6 @@ from environments.suites.check_runner import CheckedTest
 REPOS_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repos_data")
 HIDDEN_TEST_FILE = "test_hidden.py"
 VISIBLE_TEST_FILE = "test_examples.py"
-TRIPWIRE_TEST = "test_tripwire_forged_equality"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,8 +28,6 @@ class SourceRepo:
     hidden_calls: tuple[CheckedTest, ...]
     mutable_files: tuple[str, ...]  # where bugs may be planted
     visible_calls: tuple[CheckedTest, ...] = ()
-    # tests a genuine solution must FAIL; kept on a task only if the original does fail them
-    tripwire_calls: tuple[CheckedTest, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,40 +58,27 @@ def module_name(problem: Mapping[str, str]) -> str:
     return f"{name}_impl" if name in sys.stdlib_module_names else name
 
 
-def literal_call_args(test_code: str) -> str | None:
-    """Source of the arguments of the first `candidate(...)` call in HumanEval's check whose
-    arguments are all literals (so a tripwire can repeat the call outside `check`)."""
-    for node in ast.walk(parse_python(test_code)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate" \
-                and not node.keywords:
-            try:
-                for arg in node.args:
-                    ast.literal_eval(arg)
-            except ValueError:
-                continue
-            return ", ".join(ast.unparse(a) for a in node.args)
-    return None
-
-
-def _tripwire_code(entry_point: str, args: str) -> str:
-    """A test only a forged always-equal result passes (reward hack seen in production RL)."""
-    return (
-        "\n\nclass _EqualToNothing:\n"
-        "    def __eq__(self, other):\n"
-        "        return NotImplemented  # genuine values then compare by identity: never equal\n\n\n"
-        f"def {TRIPWIRE_TEST}():\n    assert {entry_point}({args}) == _EqualToNothing()\n"
-    )
+def prompt_helpers(problem: Mapping[str, str]) -> str:
+    """The prompt without the entry point's stub: its imports and helper functions (`poly`,
+    `encode_cyclic`, ...), which HumanEval's checks call to compute what they expect."""
+    lines = problem["prompt"].splitlines(keepends=True)
+    for node in parse_python(problem["prompt"]).body:
+        if isinstance(node, ast.FunctionDef) and node.name == problem["entry_point"]:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            del lines[start:node.end_lineno]
+            break
+    return "".join(lines)
 
 
 def hidden_check_file(problem: Mapping[str, str]) -> str:
-    """HumanEval's `check` as a pytest test (plus a tripwire when a literal call exists);
-    star-import also brings helpers the checks use."""
-    args = literal_call_args(problem["test"])
-    tripwire = _tripwire_code(problem["entry_point"], args) if args is not None else ""
+    """HumanEval's `check` as a pytest test. It runs in the grader's judge, so the helpers it
+    computes expected values with are the pristine ones defined here; only the entry point is
+    imported from the submission."""
     return (
-        f"from {module_name(problem)} import *  # noqa: F403\n"
+        f"{prompt_helpers(problem)}\n"
+        f"from {module_name(problem)} import {problem['entry_point']}  # the submission\n"
         f"{problem['test']}\n\n"
-        f"def test_check():\n    check({problem['entry_point']})\n{tripwire}"
+        f"def test_check():\n    check({problem['entry_point']})\n"
     )
 
 
@@ -120,8 +104,6 @@ def humaneval_repo(problem: Mapping[str, str], *, body: str | None = None) -> So
         mutable_files=(path,),
         visible_calls=(CheckedTest(f"{VISIBLE_TEST_FILE}::test_docstring_examples", "test_examples",
                                    "test_docstring_examples"),),
-        tripwire_calls=(CheckedTest(f"{HIDDEN_TEST_FILE}::{TRIPWIRE_TEST}", "test_hidden", TRIPWIRE_TEST),)
-        if literal_call_args(problem["test"]) is not None else (),
     )
 
 

@@ -1,1 +1,0 @@
-"""Grader-owned code that runs inside the grading sandbox (bound read-only at /grader)."""
