@@ -7,7 +7,14 @@ submit. The recorded (observation, action) turns are demonstrations for SFT.
 
 Coverage: BugFix (every task), Implement's HumanEval split (canonical solutions), LongHorizon
 (every task). LeetCode (Implement's train split) ships no reference solutions, so there is no
-expert for it.
+expert for it: `expert_plan` refuses it.
+
+`answer_key_plan` is not an expert. For a LeetCode task it writes an answer key (see
+environments/answer_key.py): a solution.py that returns each hidden case's expected value, built
+from the hidden tests. It is an instrument that proves the grading pipeline CAN score 1 on the
+task (an ideal cheater holding the answer key must score 1), used by benchmarks/env_bench.py and
+tests/test_scoreable.py. It is never SFT or RL data: nothing that collects demonstrations may
+call it.
 """
 from __future__ import annotations
 
@@ -86,6 +93,24 @@ def expert_plan(task: Task, *, verify: bool = False, lines_per_read: int = 60) -
     if verify and any(p.startswith("test_") or p.startswith("tests/") for p in task.files):
         actions.append(format_tool_call("run_tests"))
     return actions + [format_tool_call("submit")]
+
+
+def answer_key_plan(task: Task, key=None) -> list[str]:
+    """Write the task's answer key and submit: a grading check, NEVER a demonstration (see the
+    module docstring). `key`: an `answer_key.AnswerKey` already built for the task (building
+    one runs the hidden tests on the host, a fraction of a second); raises `answer_key.KeyUnfit`
+    when the task does not fit the answer-key scheme."""
+    from environments import answer_key
+
+    if not task.task_id.startswith("implement/leetcode-"):
+        raise answer_key.KeyUnfit(f"{task.task_id}: answer keys are for LeetCode tasks; the others have experts")
+    key = key if key is not None else answer_key.answer_key(task)
+    if key.task_id != task.task_id:
+        raise ValueError(f"the answer key is for {key.task_id}, not {task.task_id}")
+    if key.files is None:
+        raise answer_key.KeyUnfit(f"{task.task_id}: {key.reason}")
+    return [format_tool_call("write_file", path=p, content=c) for p, c in sorted(key.files.items())] + \
+        [format_tool_call("submit")]
 
 
 def null_plan(task: Task) -> list[str]:

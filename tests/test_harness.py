@@ -21,6 +21,7 @@ from composer_jax.harness import special_tokens as st
 from composer_jax.harness.tools import (
     Toolbox,
     ToolConfig,
+    list_dir,
     observe,
     read_file,
     resolve_path,
@@ -98,6 +99,8 @@ def test_format_and_parse_tool_call_round_trip():
     (st.TOOL_CALL_OPEN + "{not json" + st.TOOL_CALL_CLOSE, "malformed_json"),
     (st.TOOL_CALL_OPEN + '["submit"]' + st.TOOL_CALL_CLOSE, "malformed_json"),
     (st.TOOL_CALL_OPEN + '{"name": "submit", "arguments": {}, "x": 1}' + st.TOOL_CALL_CLOSE, "malformed_json"),
+    (st.TOOL_CALL_OPEN + '{"name": "read_file", "arguments": {"start_line": ' + "9" * 5000 + "}}" + st.TOOL_CALL_CLOSE,
+     "malformed_json"),  # past int-digit limit: json raises a plain ValueError
     (format_tool_call("rm_rf"), "unknown_tool"),
     (format_tool_call("read_file"), "bad_arguments"),
     (format_tool_call("read_file", path="a", colour="red"), "bad_arguments"),
@@ -365,3 +368,25 @@ def test_workspace_usage_counts_apparent_size_and_stops_at_the_cap(tmp_path):
     os.unlink(sparse)
     os.symlink("/", tmp_path / "sub" / "root_link")  # counted as one entry, never followed
     assert files.workspace_usage(str(tmp_path)) == files.Usage(1, 2002)
+
+
+def test_list_dir_stops_walking_a_huge_tree(tmp_path, monkeypatch):
+    for d in range(3):
+        (tmp_path / f"d{d}").mkdir()
+        for i in range(500):
+            (tmp_path / f"d{d}" / f"f{i}").touch()
+    walked = []
+    real_walk = os.walk
+    monkeypatch.setattr(os, "walk", lambda *a, **k: (walked.append(x) or x for x in real_walk(*a, **k)))
+    obs = list_dir(str(tmp_path), ".", max_entries=10)
+    assert obs.ok and obs.text.endswith("[... many more entries ...]") and len(obs.text.splitlines()) == 11
+    assert len(walked) < 4  # the root and the first directory, not all three
+
+
+def test_every_observation_fits_the_env_text_space():
+    from environments.coding_env import text_space
+
+    raw = "nul\x00 esc\x1b del\x7f c1\x85 bom\ufffe emoji\U0001f600 lone\udcff ok\t\n\r é 中"
+    shown = utf8_text(raw)
+    assert text_space().contains(shown) and "ok\t\n\r é 中" in shown
+    assert "\\x00" in shown and "\\U0001f600" in shown and "\\xff" in shown

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 
 import pytest
@@ -45,11 +46,17 @@ def sandbox_pids(ws) -> list[int]:
 
 
 def test_no_network(backend, ws):
-    code = ("import socket\nprint(sorted(n for _, n in socket.if_nameindex()))\n"
-            "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n    print('CONNECTED')\n"
-            "except OSError as e:\n    print('blocked', e.errno)\n")
-    res = backend.run(ws, [PY, "-c", code])
-    assert res.stdout.splitlines() == ["['lo']", "blocked 101"], res.stderr
+    """A server listening on the host's loopback is out of reach (the sandbox's network namespace
+    has only its own, unconnected `lo`); nothing is sent anywhere else."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        code = ("import socket\nprint(sorted(n for _, n in socket.if_nameindex()))\n"
+                f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    print('CONNECTED')\n"
+                "except OSError as e:\n    print('blocked')\n")
+        res = backend.run(ws, [PY, "-c", code])
+    assert res.stdout.splitlines() == ["['lo']", "blocked"], res.stderr
 
 
 def test_own_pid_namespace(backend, ws):

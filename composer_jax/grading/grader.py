@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 
 from composer_jax.grading.submission import merge, protected_reason
 from composer_jax.grading.task import GradeResult, Task
+from composer_jax.pyparse import parse_python
 from composer_jax.sandbox import runtime as runtime_lib
 from composer_jax.sandbox.base import Limits, SandboxBackend
 from composer_jax.sandbox.files import write_tree
@@ -40,6 +41,7 @@ GRADING_LIMITS = Limits(wall_s=60.0, cpu_s=60, memory_bytes=2 << 30, max_procs=6
 JUDGE_CPU_S, JUDGE_MEMORY_BYTES = 120, 4 << 30
 JUDGE_GRACE_S = 15.0  # the judge's own start-up and report, beyond the submission's wall clock
 TAIL_CHARS = 2000
+OBSERVED_MAX_BYTES = 1 << 20  # a file the judge parses (config.py, a drill) is small; a larger one is not read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,12 +75,43 @@ def repo_modules(files: Iterable[str]) -> set[str]:
     return {n for n in names if n.isidentifier() and n not in sys.stdlib_module_names}
 
 
+def public_names(files: Mapping[str, str]) -> dict[str, list[str]]:
+    """Per pristine module, the names `from module import *` may bind in the judge: the
+    submission's `__all__` could otherwise name `pytest` or a helper of the test and replace it."""
+    out = {}
+    for path, source in files.items():
+        if not path.endswith(".py") or protected_reason(path):
+            continue
+        module = path[:-3].replace("/", ".").removesuffix(".__init__")
+        try:
+            tree = parse_python(source)
+        except (SyntaxError, ValueError):
+            continue
+        names = []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names += [t.id for t in targets if isinstance(t, ast.Name)]
+                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                    try:
+                        names = [n for n in ast.literal_eval(node.value) if isinstance(n, str)]
+                        break
+                    except ValueError:
+                        pass
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names += [(a.asname or a.name).partition(".")[0] for a in node.names if a.name != "*"]
+        out[module] = [n for n in dict.fromkeys(names) if not n.startswith("_")]
+    return out
+
+
 def imported_modules(sources: Iterable[str]) -> set[str]:
     """Top-level names of every absolute import in `sources` (unparsable sources add none)."""
     names = set()
     for source in sources:
         try:
-            tree = ast.parse(source)
+            tree = parse_python(source)
         except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
@@ -102,9 +135,9 @@ def task_runtime(task: Task):
     return runtime_lib.build(task.requirements)
 
 
-def _judge(root: str, files: list[str], remote: set[str], proc, seconds: float) -> tuple[dict | None, str]:
+def _judge(root: str, files: list[str], remote: set[str], exports: dict, proc, seconds: float) -> tuple[dict | None, str]:
     """(the judge's report or None, the tail of its output)."""
-    cfg = {"root": root, "files": files, "remote": sorted(remote), "seconds": seconds,
+    cfg = {"root": root, "files": files, "remote": sorted(remote), "exports": exports, "seconds": seconds,
            "rpc": [proc.stdout_fd, proc.stdin_fd] if proc else None}
     argv = ["prlimit", f"--cpu={JUDGE_CPU_S}", f"--as={JUDGE_MEMORY_BYTES}", "--",
             sys.executable, "-I", "-B", os.path.join(REMOTE_DIR, "judge.py")]
@@ -135,8 +168,11 @@ def grade(task: Task, submitted_files: Mapping[str, str | bytes], backend: Sandb
     test_files = graded_files(task)
     tests = {f: task.hidden_tests.get(f, task.files.get(f)) for f in test_files}
     missing = [f for f, source in tests.items() if source is None]
+    observed = {p: files[p] for p in task.observed_files if p in files and len(files[p]) <= OBSERVED_MAX_BYTES}
+    notes += [f"{p} is larger than {OBSERVED_MAX_BYTES} bytes: not read" for p in task.observed_files
+              if p in files and p not in observed]
     with tempfile.TemporaryDirectory(prefix="cj-judge-") as root:
-        write_tree(root, {**{p: files[p] for p in task.observed_files if p in files}, **task.hidden_tests,
+        write_tree(root, {**observed, **task.hidden_tests,
                           **{f: s for f, s in tests.items() if s is not None}})
         present = [f for f in test_files if f not in missing]
         sandbox_tail = ""
@@ -146,12 +182,13 @@ def grade(task: Task, submitted_files: Mapping[str, str | bytes], backend: Sandb
                 runtime = ws.runtime or runtime_lib.build()
                 with backend.spawn(ws, [runtime.python, "-I", "-B", f"{REMOTE_MOUNT}/serve.py"], config.limits,
                                    ro_binds={REMOTE_DIR: REMOTE_MOUNT}) as proc:
-                    report, tail = _judge(root, present, remote, proc, config.limits.wall_s)
+                    report, tail = _judge(root, present, remote, public_names(task.files), proc,
+                                          config.limits.wall_s)
                     sandbox_tail = proc.close()
             finally:
                 backend.destroy(ws)
         else:
-            report, tail = _judge(root, present, set(), None, config.limits.wall_s)
+            report, tail = _judge(root, present, set(), {}, None, config.limits.wall_s)
     errors = [f"hidden test file {f} is missing from the task" for f in missing]
     errors += _task_errors(task, report, tail)
     return _result(task, report or {}, notes, errors, config.reward, tail, sandbox_tail)

@@ -213,8 +213,8 @@ def parse_tool_call(
     payload = body.split(st.TOOL_CALL_CLOSE, 1)[0]
     try:
         call = json.loads(payload)
-    except (json.JSONDecodeError, RecursionError) as e:
-        return ToolCallError("malformed_json", f"the tool call is not valid JSON: {e}")
+    except (ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, or an int of 4,300+ digits
+        return ToolCallError("malformed_json", f"the tool call is not valid JSON: {str(e)[:200]}")
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return ToolCallError(
             "malformed_json", 'the tool call must be an object {"name": str, "arguments": object}'

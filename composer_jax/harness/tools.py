@@ -26,11 +26,16 @@ from composer_jax.harness.tool_specs import TOOL_SPECS, validate_arguments
 from composer_jax.sandbox import files
 from composer_jax.sandbox.base import Limits, RunResult, SandboxBackend, Workspace
 
+LIST_SCAN_FACTOR = 10  # list_dir stops walking after this many times the entries it shows
 SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache"}
 SANDBOX_ROOT = "/workspace"  # where commands see the workspace; observations name it so
 FILE_TEXT_ARGS = {"content", "old", "new"}  # may hold NUL; every other argument is a path or a command
 TEST_FILE_PATTERNS = ("test_*.py", "*_test.py")  # pytest's default python_files
+# What an observation may not hold (gymnasium's Text space of the env allows printable Basic
+# Multilingual Plane text, tab, newline and CR): lone surrogates, control characters, and the
+# characters beyond the BMP.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff\U00010000-\U0010ffff]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +60,18 @@ def _error(message: str) -> Observation:
 
 
 def utf8_text(text: str) -> str:
-    """`text` with every lone surrogate escaped, so it always encodes as UTF-8: an undecodable
-    byte of a file name (Python's surrogateescape) shows as \\xff, any other surrogate as \\udXXX."""
-    return _SURROGATE.sub(_escape_surrogate, text)
+    """`text` as an observation may show it: it always encodes as UTF-8 and stays in the env's
+    text space. An undecodable byte of a file name (Python's surrogateescape) shows as \\xff,
+    other surrogates and control characters as \\uXXXX / \\xNN, characters beyond the BMP as
+    \\UXXXXXXXX."""
+    return _UNSHOWABLE.sub(_escape, text)
 
 
-def _escape_surrogate(match: re.Match) -> str:
+def _escape(match: re.Match) -> str:
     code = ord(match.group())
-    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else (f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
 
 
 def truncate(text: str, limit: int) -> str:
@@ -102,15 +111,20 @@ def list_dir(root: str, path: str = ".", *, max_entries: int = 300) -> Observati
         return target
     if not os.path.isdir(target):
         return _error(f"{path!r} is not a directory")
-    entries = []
+    entries, cap = [], LIST_SCAN_FACTOR * max_entries  # a tree of 270,000 files is not walked whole
     for dirpath, dirnames, filenames in os.walk(target):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
         rel_dir = _relative(root, dirpath)
+        files.prune(os.path.relpath(dirpath, target), dirnames)
         entries += [os.path.normpath(os.path.join(rel_dir, d)) + "/" for d in dirnames]
         entries += [os.path.normpath(os.path.join(rel_dir, f)) for f in sorted(filenames)]
+        if len(entries) > cap:
+            break
     entries.sort()
     shown = [utf8_text(e) for e in entries[:max_entries]]
-    more = f"\n[... {len(entries) - max_entries} more entries ...]" if len(entries) > max_entries else ""
+    more = len(entries) - max_entries
+    more = (f"\n[... {more} more entries ...]" if len(entries) <= cap else "\n[... many more entries ...]") \
+        if more > 0 else ""
     return Observation("\n".join(shown) + more if shown else "(empty directory)", ok=True)
 
 

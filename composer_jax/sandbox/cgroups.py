@@ -89,7 +89,7 @@ def kill(dirs: list[str], timeout_s: float = 2.0) -> None:
 
 def remove(dirs: list[str]) -> None:
     for d in dirs:
-        for _ in range(200):  # a killed task leaves the group only once it is reaped
+        for _ in range(1000):  # a killed task leaves the group only once it is reaped (5 s at most)
             try:
                 os.rmdir(d)
                 break

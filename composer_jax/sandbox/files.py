@@ -10,6 +10,7 @@ import dataclasses
 import os
 import posixpath
 import stat
+import subprocess
 import tempfile
 from collections.abc import Mapping
 
@@ -21,6 +22,7 @@ class Quota:
 
     max_bytes: int = 64 << 20
     max_files: int = 10_000
+    max_depth: int = 64  # nested directories; host-side walks never go deeper (MAX_DEPTH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +33,10 @@ class Usage:
 
 
 DEFAULT_QUOTA = Quota()
+# Host-side walks (read_tree, chown_tree, the file tools) stop here: os.fwalk and os.walk
+# recurse, and a tree 5,000 directories deep would end them in RecursionError. A deeper
+# workspace is over quota, so nothing below this depth is ever graded.
+MAX_DEPTH = DEFAULT_QUOTA.max_depth
 
 
 def check_relpath(path: str) -> str:
@@ -53,11 +59,24 @@ def write_tree(root: str, files: Mapping[str, str | bytes]) -> None:
             f.write(data)
 
 
+def prune(rel_dir: str, dirnames: list[str]) -> None:
+    """In a top-down walk, descend no deeper than MAX_DEPTH below the root."""
+    if rel_dir != "." and rel_dir.count("/") + 1 >= MAX_DEPTH:
+        dirnames.clear()
+
+
+def remove_tree(path: str) -> None:
+    """Delete a tree however deep (`rm -rf` walks without recursing; shutil.rmtree does not)."""
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", path], check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def read_tree(root: str) -> dict[str, bytes]:
     """Every regular file under `root`; symlinks, fifos and devices are skipped, never followed."""
     out: dict[str, bytes] = {}
-    for dirpath, _, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
+    for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
         rel_dir = os.path.relpath(dirpath, root)
+        prune(rel_dir, dirnames)
         for name in filenames:
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dirfd)
@@ -74,7 +93,8 @@ def chown_tree(root: str, uid: int, gid: int) -> None:
     files that host-side tools created as root. Links are re-owned themselves, not followed."""
     if os.lstat(root).st_uid != uid:
         os.chown(root, uid, gid, follow_symlinks=False)
-    for _, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
+    for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
+        prune(os.path.relpath(dirpath, root), dirnames)
         for name in dirnames + filenames:
             try:
                 st = os.lstat(name, dir_fd=dirfd)
@@ -88,10 +108,13 @@ def workspace_usage(root: str, quota: Quota = DEFAULT_QUOTA) -> Usage:
     """Apparent bytes and entries under `root`, walked with lstat (links are counted, never
     followed). Stops as soon as a cap is passed, so it costs O(quota) on any tree."""
     size = entries = 0
-    pending = [root]
+    pending = [(root, 0)]
     while pending:
+        path, depth = pending.pop()
+        if depth > quota.max_depth:
+            return Usage(size, entries, f"directories nested deeper than {quota.max_depth}")
         try:
-            it = os.scandir(pending.pop())
+            it = os.scandir(path)
         except OSError:  # vanished or replaced by a file meanwhile
             continue
         with it:
@@ -100,7 +123,7 @@ def workspace_usage(root: str, quota: Quota = DEFAULT_QUOTA) -> Usage:
                 if entries > quota.max_files:
                     return Usage(size, entries, f"more than {quota.max_files} files, directories and links")
                 if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
+                    pending.append((entry.path, depth + 1))
                     continue
                 with contextlib.suppress(OSError):
                     size += entry.stat(follow_symlinks=False).st_size

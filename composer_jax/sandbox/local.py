@@ -69,7 +69,7 @@ def sweep_orphans(parent: str) -> list[str]:
         except (OSError, ValueError):
             continue
         if pid != os.getpid() and not _alive(pid):
-            shutil.rmtree(path, ignore_errors=True)
+            files.remove_tree(path)
             removed.append(path)
     return removed
 
@@ -89,7 +89,7 @@ class LocalBackend(SandboxBackend):
             f.write(str(os.getpid()))
         self.mount_point = os.path.join(self.base_dir, ".root")  # unshare builds its root here
         os.mkdir(self.mount_point)
-        weakref.finalize(self, shutil.rmtree, self.base_dir, True)
+        weakref.finalize(self, files.remove_tree, self.base_dir)
         self.cgroup_parents = cgroups.parents() if use_cgroups else {}
         self._probe()
 
@@ -164,7 +164,7 @@ class LocalBackend(SandboxBackend):
         return files.read_tree(workspace.path)
 
     def destroy(self, workspace: Workspace) -> None:
-        shutil.rmtree(workspace.path, ignore_errors=True)
+        files.remove_tree(workspace.path)
 
 
 class LocalProcess(SandboxProcess):

@@ -7,12 +7,14 @@ into the hidden tests so an agent that edits `helpers.py` cannot change what is 
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import glob
 import json
 import os
 import re
 
+from environments.suites.base import parse_python
 from environments.suites.check_runner import CheckedTest
 
 VISIBLE_CASES = 3  # examples the agent can run; the hidden file has them all
@@ -72,19 +74,39 @@ def _helpers_code(p: dict) -> str:
 
 
 def _test_imports(p: dict, inline_helpers: bool) -> str:
-    lines = []
-    for line in _absolute_imports(p["test_imports"]).splitlines():
-        if "logged_test" in line:
-            continue  # logging decorator only; tests run undecorated
-        if inline_helpers and line.startswith("from helpers import"):
+    """The test file's imports, without the logging decorator (tests run undecorated) and, when
+    the helpers are inlined, without importing them (statements may span lines)."""
+    source = _absolute_imports(p["test_imports"])
+    kept = []
+    for node in parse_python(source).body:
+        text = ast.get_source_segment(source, node)
+        if "logged_test" in text or (inline_helpers and isinstance(node, ast.ImportFrom) and node.module == "helpers"):
             continue
-        lines.append(line)
-    return "\n".join(lines)
+        kept.append(text)
+    return "\n".join(kept)
+
+
+def _cases(method: dict) -> list[str]:
+    """The case expressions. Upstream lists are sometimes split at every comma, so they are
+    joined and split again by the parser; a `pytest.param(..., id=...)` loses its id, since node
+    ids are ours (`caseN`)."""
+    text = "[" + ", ".join(method["test_cases"]["list"]) + "]"
+    out = []
+    for el in parse_python(text).body[0].value.elts:
+        if isinstance(el, ast.Call) and ast.unparse(el.func) == "pytest.param":
+            el.keywords = [k for k in el.keywords if k.arg != "id"]
+            out.append(ast.unparse(el))
+        else:
+            out.append(ast.get_source_segment(text, el))
+    return out
 
 
 def _case_args(method: dict, case: str) -> str:
     """The argument tuple pytest would pass for one case (a single name is not unpacked)."""
     names = [n.strip() for n in method["parametrize"].split(",") if n.strip()]
+    node = parse_python(case).body[0].value
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.param":  # its values, not it
+        return "(" + "".join(ast.unparse(a) + ", " for a in node.args) + ")"
     return case if len(names) > 1 else f"({case},)"
 
 
@@ -92,7 +114,7 @@ def _test_file(p: dict, cases_per_method: int | None, inline_helpers: bool) -> t
     """A pytest file, and the (method, index, case) it parametrises."""
     methods, selected = [], []
     for m in p["_test_methods"]["list"]:
-        cases = m["test_cases"]["list"][:cases_per_method]
+        cases = _cases(m)[:cases_per_method]
         selected += [(m, i, c) for i, c in enumerate(cases)]
         ids = ", ".join(f'"case{i}"' for i in range(len(cases)))
         methods.append(

@@ -32,6 +32,7 @@ import codec  # noqa: E402 - after the path entry that finds it
 
 sys.path.remove(_HERE)
 __tracebackhide__ = True  # pytest's failure reports show the test's frames, not these
+MUTABLE = (list, dict, set, bytearray)
 
 
 class RemoteBroken(BaseException):
@@ -44,7 +45,7 @@ class NotGradable(BaseException):
     something that cannot cross). The test fails and the use is noted."""
 
 
-STATE = {"current": "", "notes": {}, "import_errors": []}
+STATE = {"current": "", "notes": {}, "import_errors": [], "exports": {}, "module_data": set()}
 
 
 def note(text: str) -> None:
@@ -193,9 +194,18 @@ class RemoteModule(types.ModuleType):
         self.__dict__["_cj_remote"] = remote
         self.__path__ = []  # a package, so that submodules import through us too
 
+    def __setattr__(self, name, value):
+        # The import system sets __spec__, __loader__, ... and submodules here; a test's
+        # `module.x = ...` changes the submission's module, so it goes there.
+        if (name.startswith("__") and name.endswith("__")) or isinstance(value, types.ModuleType):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._cj_remote, name, value)
+
     def __getattr__(self, name):
-        if name == "__all__":  # `from module import *`
-            return _typed(LINK.ask("dir", self._cj_remote), list, "dir()")
+        if name == "__all__":  # `from module import *`: the pristine module's public names only
+            allowed = STATE["exports"].get(self.__name__, ())
+            return [n for n in _typed(LINK.ask("dir", self._cj_remote), list, "dir()") if n in allowed]
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return getattr(self._cj_remote, name)
@@ -290,6 +300,11 @@ class Link:
         reply, value = self._exchange(fields)
         for key, new in (reply.get("wb") or {}).items():  # in-place changes to mutable arguments
             old = args[int(key)] if key.isdigit() and int(key) < len(args) else kwargs.get(key)
+            if id(old) in STATE["module_data"]:
+                # Data of a test module (`SQUARE = [...]`) is the input of other tests too:
+                # the submission may change its copy, never the test's.
+                note("a call changed a test module's data in place; the change stays in the submission")
+                continue
             _update(old, self.session.decode(new))
         return value
 
@@ -323,6 +338,23 @@ class Link:
 def _remote_str(exc) -> str:
     text = exc.__dict__.get("__cj_str__")
     return text if type(text) is str else super(type(exc), exc).__str__()
+
+
+def _module_data(root) -> set[int]:
+    """ids of the mutable containers reachable from the globals of the test modules (under
+    `root`): no reply may change them in place."""
+    found, todo = set(), []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if path.startswith(str(root)) and not isinstance(module, RemoteModule):
+            todo += list(vars(module).values())
+    while todo:
+        value = todo.pop()
+        if type(value) in (list, tuple, dict, set, frozenset, bytearray) and id(value) not in found:
+            if type(value) in MUTABLE:
+                found.add(id(value))
+            todo += list(value.values()) + list(value) if type(value) is dict else list(value)
+    return found
 
 
 def _update(old, new) -> None:
@@ -373,6 +405,9 @@ class Recorder:
         # module of the repository is ever looked up on disk here.
         sys.meta_path[:] = sorted(sys.meta_path, key=lambda f: not isinstance(f, RemoteImporter))
 
+    def pytest_collection_finish(self, session):
+        STATE["module_data"] = _module_data(session.config.rootpath)
+
     def pytest_runtest_protocol(self, item, nextitem):
         STATE["current"] = item.nodeid
 
@@ -397,6 +432,7 @@ def main() -> None:
     if cfg.get("rpc"):
         LINK.channel = Channel(*cfg["rpc"], deadline=time.monotonic() + cfg["seconds"])
     sys.meta_path.insert(0, RemoteImporter(cfg["remote"]))
+    STATE["exports"] = cfg.get("exports", {})
     sys.path.insert(0, cfg["root"])  # hidden test modules (and their helper modules) live here
     import pytest
 
