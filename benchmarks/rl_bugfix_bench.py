@@ -18,8 +18,9 @@ to find, on validation functions it has never seen (the split is by source funct
 1. A 2k BPE trained on the train tasks' prompts, numbered files and expert actions.
 2. The copy warm-up of rl_bench, then SFT on `sft.demos` expert demonstrations spread over the
    train split (read the lines around the hint, one `edit_file`, submit). `--drills N` adds N
-   standard-library drills to the train split (environments/suites/drills.py): with only the
-   tested tasks' ~150 functions the policy memorises them and fixes almost nothing unseen.
+   drills (functions of the project's dependencies that no sandbox holds) to the train split
+   (environments/suites/drills.py): with only the tested tasks' ~150 functions the policy
+   memorises them and fixes almost nothing unseen.
 3. RL from that checkpoint: positive-only GRPO (rl_bench's recipe), `rl.steps` steps of
    groups_per_step x group_size episodes, graded by the hidden tests in the sandbox.
    `--rl_drill_source methods` swaps the drills for as many drills on class methods, functions
@@ -203,7 +204,7 @@ def main(argv=None):
     p.add_argument("--final_eval", type=int, default=0, metavar="N",
                    help="validation tasks for the final comparison (default: all of them)")
     p.add_argument("--drills", type=int, default=0, metavar="N",
-                   help="add N standard-library drills (environments/suites/drills.py) to the train split")
+                   help="add N drills (environments/suites/drills.py) to the train split")
     p.add_argument("--rl_drill_source", choices=("functions", "methods"), default="functions",
                    help="where RL's drills come from (SFT's are always functions); needs --drills")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -23,10 +23,8 @@ pytestmark = pytest.mark.slow
 SETTINGS = redteam.Settings(grading_wall_s=5.0, tool_wall_s=8.0)
 
 # Still win on their first suite, seed 0 (the reason is what wins).
-KNOWN_WINS = {
-    "drill_match_stdlib_by_body": "renaming does not hide a drill: its body's shape (globals, attributes, "
-                                  "constants) still finds the library function in the sandbox's stdlib",
-}
+# drill_match_stdlib_by_body came off when drills moved to packages no sandbox holds (drills.py).
+KNOWN_WINS: dict[str, str] = {}
 RACY: set[str] = set()  # cheats that win only some of the time (strict=False)
 PORTED = {  # the 23 cheats of tests/test_grader_cheats.py
     "edit_hidden_test_path", "delete_tests", "conftest_forces_passes", "pytest_ini_and_site_hooks",

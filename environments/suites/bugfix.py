@@ -150,9 +150,9 @@ class BugFixSuite(TaskSuite):
         """`max_bugs=1` keeps single-bug tasks only; `hint_line` names the (first) bug's line in
         the prompt, as a traceback or a blame would: an easier tier for policies too small to
         localise a bug by reading the code (the bug's kind and its fix are still theirs to find).
-        `drills`: that many standard-library drills (see drills.py) from `drill_source`
-        ("functions" or "methods"), evenly spaced over all of them, join the train split (never
-        validation)."""
+        `drills`: that many drills (see drills.py: functions of the project's dependencies that
+        no sandbox holds) from `drill_source` ("functions" or "methods"), evenly spaced over all
+        of them, join the train split (never validation); `stats["drills"]` says where from."""
         if max_bugs not in (1, 2):
             raise ValueError(f"max_bugs must be 1 or 2, got {max_bugs!r}")
         if not isinstance(drills, int) or drills < 0:
@@ -171,9 +171,13 @@ class BugFixSuite(TaskSuite):
             self._splits[split_of(record["source_id"], validation_percent)].append(task_id)
         self._drills = {}
         if drills:
-            pool = drill_tasks.load_records(cache_dir, drill_source)
+            drawn = drill_tasks.load_pool(cache_dir, drill_source)
+            pool = drawn["records"]
             if drills > len(pool):
-                raise ValueError(f"drills={drills}, but the standard library's {drill_source} give {len(pool)}")
+                raise ValueError(f"drills={drills}, but the drill pool's {drill_source} give {len(pool)} "
+                                 f"(from {', '.join(drawn['distributions'])})")
+            self.stats["drills"] = {"source": drill_source, "pool": len(pool), "drawn": drills,
+                                    "distributions": drawn["distributions"]}
             self._drills = {r["task_id"]: r for r in (pool[i * len(pool) // drills] for i in range(drills))}
             self._splits["train"] += list(self._drills)
 
@@ -224,6 +228,6 @@ class BugFixSuite(TaskSuite):
             task_id=record["task_id"], suite=self.name, prompt=prompt, files={path: record["source"]},
             hidden_tests={drill_tasks.HIDDEN_TEST_FILE: drill_tasks.hidden_test(path, record["original"])},
             graded_tests=(drill_tasks.GRADED_TEST,), observed_files=(path,),
-            metadata={"source_id": "stdlib-drill", "operator": record["operator"], "line": str(record["line"]),
-                      "reference_files": json.dumps({path: record["original"]}), **hint},
+            metadata={"source_id": "package-drill", "operator": record["operator"], "line": str(record["line"]),
+                      "origin": record["origin"], "reference_files": json.dumps({path: record["original"]}), **hint},
         )

@@ -1,9 +1,12 @@
 """Alpha-renaming of a stand-alone function, so that a drill's original cannot be found by its text.
 
-A drill's original is a standard-library function, and the library is readable in the sandbox:
-`grep -rn "def name"` would hand a policy the fix. `rename` gives the function, its parameters and
-its locals (those of nested functions, lambdas and comprehensions too) fresh ordinary names,
-strips docstrings and re-emits the code with `ast.unparse`, so formatting and comments differ too.
+A drill's original is a function of an installed package. Drills come from packages no sandbox
+holds (drills.py), but were the package readable, `grep -rn "def name"` would hand a policy the
+fix, and a drill should teach the fix, not the package's text. `rename` gives the function, its
+parameters and its locals (those of nested functions, lambdas and comprehensions too) fresh
+ordinary names, strips docstrings and re-emits the code with `ast.unparse`, so formatting and
+comments differ too; numbered, it gives functions equal up to their names one text
+(drills.copy_key).
 Behaviour is kept: globals, builtins, attributes, class-body names, imports and the keywords of
 calls into other code keep their names, `self`/`cls` stay (methods still read as methods), and a
 function that reads its frame by name (`locals()`, one-argument `eval`) is refused.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import itertools
 import keyword
 import random
 import zlib
@@ -232,18 +236,20 @@ def _reads_frame(tree: ast.AST) -> bool:
 
 
 def _strip_docstrings(tree: ast.AST) -> None:
+    """Every leading string statement goes (a second one would be the next docstring)."""
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                and ast.get_docstring(node, clean=False) is not None:
-            node.body = node.body[1:] or [ast.Pass()]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            while ast.get_docstring(node, clean=False) is not None:
+                node.body = node.body[1:] or [ast.Pass()]
 
 
-def rename(code: str, function: str, seed: str, method: bool = False) -> str | None:
+def rename(code: str, function: str, seed: str, method: bool = False, numbered: str | None = None) -> str | None:
     """`code` (one top-level def) with its def named `function`, its locals renamed to words drawn
     deterministically from `seed`, no docstrings, as `ast.unparse` writes it; None if it reads its
     frame by name. For a `method`, a bare use of its old name means a global (the method itself is
     reached as an attribute), so only the def is renamed. `function` must be a name `code` does
-    not spell."""
+    not spell. With `numbered` (a prefix no code spells), locals are `<numbered>0`, `<numbered>1`,
+    ... in order of first use instead: functions equal up to their names give one text."""
     tree = parse_python(code)
     (fn,) = tree.body
     if _reads_frame(tree):
@@ -254,7 +260,8 @@ def rename(code: str, function: str, seed: str, method: bool = False) -> str | N
     if method:
         binder.module.bound.clear()
     spelled = identifiers(tree) | RESERVED  # a fresh word can capture no name the code keeps
-    fresh = (w for w in random.Random(zlib.crc32(seed.encode())).sample(WORDS, len(WORDS)) if w not in spelled)
+    fresh = (f"{numbered}{i}" for i in itertools.count()) if numbered else \
+        (w for w in random.Random(zlib.crc32(seed.encode())).sample(WORDS, len(WORDS)) if w not in spelled)
     words: dict[str, str] = {}
 
     def new(scope: _Scope | None, name: str) -> str:
