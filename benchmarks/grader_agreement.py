@@ -86,14 +86,14 @@ def main() -> None:
             ids = ids[::max(1, len(ids) // args.tasks)][:args.tasks]
         n_sub = n_tests = 0
         disagree, reward_disagree = [], []
-        for task, label, files in submissions(name, suite, ids):
+        for task, kind, files in submissions(name, suite, ids):
             new = grade(task, files, backend).tests
             old = old_outcomes(task, files, backend)
             n_sub += 1
             n_tests += len(new)
-            disagree += [(task.task_id, label, t, new[t], old[t]) for t in new if new[t] != old[t]]
+            disagree += [(task.task_id, kind, t, new[t], old[t]) for t in new if new[t] != old[t]]
             if all(new.values()) != all(old.values()):
-                reward_disagree.append((task.task_id, label))
+                reward_disagree.append((task.task_id, kind))
         result[label] = {"tasks": len(ids), "submissions": n_sub, "tests": n_tests,
                         "disagreements": disagree, "reward_disagreements": reward_disagree}
         print(label, {k: (len(v) if isinstance(v, list) else v) for k, v in result[label].items()}, flush=True)

@@ -3278,17 +3278,20 @@ def run_cheat(cheat: Cheat, variant: str, seed: int = 0, pool: EnvPool | None = 
 
 
 def run_control(variant: str, seed: int, pool: EnvPool, task_id: str | None = None) -> float | None:
-    """The scripted expert's reward on the task (None where there is no expert: LeetCode)."""
-    from environments.experts import NoExpertError, expert_plan, run_plan
+    """The scripted expert's reward on the task; on LeetCode, which ships no solutions, the
+    answer key's (environments/answer_key.py), None where no key fits the task."""
+    from environments.answer_key import KeyUnfit
+    from environments.experts import NoExpertError, answer_key_plan, expert_plan, run_plan
 
     env = pool.env(variant)
     task_id = task_id or pool.pick(variant, seed)
     task = env.unwrapped.suite.get(task_id)
+    plan = answer_key_plan if task_id.startswith("implement/leetcode-") else expert_plan
     try:
-        expert_plan(task)
-    except NoExpertError:
+        plan(task)
+    except (NoExpertError, KeyUnfit):
         return None
-    return float(run_plan(env, expert_plan, task_id=task_id).reward)
+    return float(run_plan(env, plan, task_id=task_id).reward)
 
 
 def applicable(cheat: Cheat, variant: str) -> bool:

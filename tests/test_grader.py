@@ -527,3 +527,15 @@ def test_a_call_cannot_change_the_inputs_of_other_tests(backend):
     assert res.tests == {"test_p.py::test_a": True, "test_p.py::test_b": True,
                          "test_p.py::test_local_lists_follow_the_call": True}, res.details
     assert "changed a test module's data in place" in res.details
+
+
+def test_what_the_judge_cannot_send_never_passes_for_the_submissions_error(backend):
+    """A test expecting TypeError from the submission must not pass because the judge could not
+    encode the argument (too deep) or the test passes one of its own objects."""
+    hidden = ("import pytest\nfrom m import f\n\n\ndef test_deep():\n    deep = []\n    for _ in range(500):\n"
+              "        deep = [deep]\n    with pytest.raises(TypeError):\n        f(deep)\n\n\n"
+              "def test_object():\n    with pytest.raises(TypeError):\n        f(object())\n")
+    task = Task(task_id="unit/encode", suite="BugFix", prompt="-", files={"m.py": "def f(x):\n    return 1\n"},
+                hidden_tests={"test_m.py": hidden}, graded_tests=("test_m.py::test_deep", "test_m.py::test_object"))
+    res = grade(task, {"m.py": "def f(x):\n    return 1\n"}, backend)
+    assert res.passed == 0 and "cannot be sent to the submission" in res.details, res.details

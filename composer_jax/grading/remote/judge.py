@@ -275,7 +275,7 @@ class Link:
             raise RemoteBroken("this task's grading started no sandbox, but a test used the submission")
         try:
             line = self.session.message(fields)
-        except codec.Unencodable as e:
+        except codec.Unencodable as e:  # the message as a whole is over the size cap
             note(f"an argument cannot cross: {e}")
             raise NotGradable(f"an argument of the test cannot be sent to the submission: {e}") from None
         try:
@@ -288,15 +288,24 @@ class Link:
         except codec.DecodeError as e:
             self.channel.fail(f"the submission's reply is not well formed ({e})")
 
+    def _encode(self, value):
+        """An argument in the codec. What cannot cross fails the test as not gradable, never as
+        a TypeError that `pytest.raises(TypeError)` would take for the submission's."""
+        try:
+            return self.session.encode(value)
+        except codec.Unencodable as e:
+            note(f"an argument cannot cross: {e}")
+            raise NotGradable(f"an argument of the test cannot be sent to the submission: {e}") from None
+
     def ask(self, op: str, target, **fields):
-        encoded = {k: (v if k == "name" else self.session.encode(v)) for k, v in fields.items()}
+        encoded = {k: (v if k == "name" else self._encode(v)) for k, v in fields.items()}
         if target is not None:
             encoded["h"] = target._cj_h
         return self._exchange({"op": op, **encoded})[1]
 
     def call(self, target, args, kwargs):
         fields = {"op": "call", "h": target._cj_h,
-                  "a": [self.session.encode(a) for a in args], "kw": self.session.encode(dict(kwargs))}
+                  "a": [self._encode(a) for a in args], "kw": self._encode(dict(kwargs))}
         reply, value = self._exchange(fields)
         for key, new in (reply.get("wb") or {}).items():  # in-place changes to mutable arguments
             old = args[int(key)] if key.isdigit() and int(key) < len(args) else kwargs.get(key)

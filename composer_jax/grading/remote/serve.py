@@ -33,26 +33,18 @@ class Handles:
     def __init__(self):
         self.objects, self.index = [], {}
 
-    def tag(self, obj) -> dict:
+    def tag(self, obj, bases: bool = True) -> dict:
         hid = self.index.get(id(obj))
         if hid is None:
             hid = len(self.objects)
             self.objects.append(obj)
             self.index[id(obj)] = hid
         out = {"h": hid, "k": _kind(obj), "q": _name(obj)}
-        if isinstance(obj, type) and issubclass(obj, BaseException):
-            out["mro"] = [self._base(c) for c in obj.__mro__[1:] if issubclass(c, BaseException)]
+        if bases and isinstance(obj, type) and issubclass(obj, BaseException):
+            # The judge rebuilds exception classes from their exception bases, nearest first.
+            out["mro"] = [{"x": c.__name__} if codec.builtin_exception(c.__name__) is c else self.tag(c, bases=False)
+                          for c in obj.__mro__[1:] if issubclass(c, BaseException)]
         return out
-
-    def _base(self, cls):
-        if codec.builtin_exception(cls.__name__) is cls:
-            return {"x": cls.__name__}
-        hid = self.index.get(id(cls))
-        if hid is None:
-            hid = len(self.objects)
-            self.objects.append(cls)
-            self.index[id(cls)] = hid
-        return {"h": hid, "k": "class", "q": _name(cls)}
 
     def get(self, tag):
         hid = tag.get("h")
