@@ -455,9 +455,7 @@ def answer_key(task: Task) -> AnswerKey:
 
 
 def _child(job: dict, write_fd: int) -> None:
-    from environments.suites.check_runner import (
-        _MemoryFinder,  # the same in-memory import
-    )
+    from environments.suites.check_runner import _MemoryFinder  # the same in-memory import
 
     resource.setrlimit(resource.RLIMIT_AS, (CHECK_MEMORY_BYTES, CHECK_MEMORY_BYTES))
     signal.setitimer(signal.ITIMER_REAL, CHECK_TIMEOUT_S)
@@ -490,22 +488,11 @@ def _child(job: dict, write_fd: int) -> None:
 
 
 def _run_one(job: dict) -> list[dict]:
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        try:
-            _child(job, write_fd)
-        finally:
-            os._exit(3)
-    os.close(write_fd)
-    chunks = []
-    while chunk := os.read(read_fd, 1 << 16):
-        chunks.append(chunk)
-    os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
-    if chunks:
-        return json.loads(b"".join(chunks))
+    from environments.suites.check_runner import in_fork
+
+    out, status = in_fork(_child, job)
+    if out:
+        return json.loads(out)
     why = "timed out" if os.WIFSIGNALED(status) else "crashed"
     return [{"node": t[0], "ok": False, "error": f"the check {why}", "calls": 0} for t in job["tests"]]
 

@@ -16,6 +16,7 @@ from composer_jax.harness import special_tokens as st
 from composer_jax.sandbox.files import Quota
 from environments.experts import NoExpertError, expert_plan, null_plan, run_plan
 from environments.suites import make_suite
+from fs_snapshot import tree
 
 LONG = {"hops": 3, "filler_lines": 5, "validation_size": 20}
 SUITE_KWARGS = {"BugFix": {}, "Implement": {}, "LongHorizon": {"suite_options": LONG}}
@@ -324,20 +325,6 @@ def test_reset_refuses_a_bool_task_index():
     env.close()
 
 
-def snapshot(root):
-    """Every entry under `root` (names as bytes): mode and content or link target."""
-    out, broot = {}, os.fsencode(root)
-    for dirpath, dirnames, filenames in os.walk(broot):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            body = os.readlink(path) if os.path.islink(path) else None
-            if os.path.isfile(path) and body is None:
-                with open(path, "rb") as f:
-                    body = f.read()
-            out[os.path.relpath(path, broot)] = (os.lstat(path).st_mode, body)
-    return out
-
-
 @pytest.fixture(scope="module")
 def hostile_env():
     """A BugFix episode whose workspace holds a link out of it, a directory and a file name that
@@ -394,7 +381,7 @@ def test_bad_calls_are_one_line_errors_that_change_nothing_and_leak_no_host_path
     env = hostile_env
     root = env.unwrapped._workspace.path
     hosts = {root, os.path.realpath(root)}
-    before = snapshot(root)
+    before = tree(root)
     listing, *_ = env.step(format_tool_call("list_dir"))
     assert "bad\\xff.py" in listing and listing.encode("utf-8")
 
@@ -406,7 +393,7 @@ def test_bad_calls_are_one_line_errors_that_change_nothing_and_leak_no_host_path
         assert obs.startswith("Error") and "\n" not in obs and "Traceback" not in obs, obs
         assert "internal tool failure" not in obs and not any(h in obs for h in hosts), obs
         assert obs.encode("utf-8") and (reward, terminated, truncated) == (0.0, False, False)
-        assert snapshot(root) == before, (call, obs)
+        assert tree(root) == before, (call, obs)
 
     check()
 

@@ -29,6 +29,7 @@ from composer_jax.harness.tools import (
     utf8_text,
 )
 from composer_jax.sandbox import files
+from fs_snapshot import tree
 
 
 class CharTokenizer:
@@ -224,20 +225,6 @@ def test_format_tool_call_is_json_payload():
 
 
 # --- tools never lose data, never leak the host, never crash --------------------------------
-
-
-def tree(root):
-    """Every entry under `root` (names as bytes): mode and content or link target."""
-    out, broot = {}, os.fsencode(root)
-    for dirpath, dirnames, filenames in os.walk(broot):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            body = os.readlink(path) if os.path.islink(path) else None
-            if os.path.isfile(path) and body is None:
-                with open(path, "rb") as f:
-                    body = f.read()
-            out[os.path.relpath(path, broot)] = (os.lstat(path).st_mode, body)
-    return out
 
 
 @pytest.mark.parametrize("name, arguments", [

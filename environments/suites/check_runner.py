@@ -167,13 +167,14 @@ def _child(check: dict, write_fd: int) -> None:
     os._exit(0)
 
 
-def _run_one(check: dict) -> dict:
+def in_fork(child, payload) -> tuple[bytes, int]:
+    """Run `child(payload, write_fd)` in a forked process: (what it wrote, its wait status)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         try:
-            _child(check, write_fd)
+            child(payload, write_fd)
         finally:
             os._exit(3)
     os.close(write_fd)
@@ -181,13 +182,17 @@ def _run_one(check: dict) -> dict:
     while chunk := os.read(read_fd, 1 << 16):
         chunks.append(chunk)
     os.close(read_fd)
-    _, wait_status = os.waitpid(pid, 0)
+    return b"".join(chunks), os.waitpid(pid, 0)[1]
+
+
+def _run_one(check: dict) -> dict:
+    out, wait_status = in_fork(_child, check)
     every_test = [t["node_id"] for t in check["tests"]]
     if os.WIFSIGNALED(wait_status):
         return {"key": check["key"], "failed": every_test, "status": "timeout"}
-    if not chunks:
+    if not out:
         return {"key": check["key"], "failed": every_test, "status": "crash"}
-    return {"key": check["key"], **json.loads(b"".join(chunks))}
+    return {"key": check["key"], **json.loads(out)}
 
 
 def _worker_main() -> None:
