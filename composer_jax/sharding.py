@@ -105,13 +105,27 @@ def check_divisibility(model_cfg, mesh: jax.sharding.Mesh, batch_size: int | Non
     if batch_size is not None:
         dims["batch"] = ("batch size", batch_size)
     for logical, (field, size) in dims.items():
-        mesh_axes = RULES[logical]
-        mesh_axes = (mesh_axes,) if isinstance(mesh_axes, str) else (mesh_axes or ())
+        mesh_axes = mesh_axes_of(logical)
         shards = int(np.prod([mesh.shape[a] for a in mesh_axes]))
         if size % shards:
             raise ConfigError(
                 f"{field}={size} is not divisible by the {shards} shards of mesh axes "
                 f"{'x'.join(mesh_axes)} ({', '.join(f'mesh.{a}={mesh.shape[a]}' for a in mesh_axes)})")
+    n_expert_shards = int(np.prod([mesh.shape[a] for a in mesh_axes_of("expert")]))
+    if (model_cfg.is_moe and model_cfg.moe_impl != "dense" and n_expert_shards > 1
+            and model_cfg.capacity_factor <= 0):
+        dropless = n_expert_shards * min(model_cfg.top_k, model_cfg.n_experts // n_expert_shards) / model_cfg.top_k
+        raise ConfigError(
+            f"model.capacity_factor=0 (dropless) with expert-parallel dispatch (moe_impl="
+            f"{model_cfg.moe_impl!r}) on mesh.expert={n_expert_shards} sizes every send buffer for all of a device's tokens "
+            f"going to one shard; set model.capacity_factor (1.25 is usual; >= {dropless:g} "
+            "never drops)")
+
+
+def mesh_axes_of(logical: str) -> tuple[str, ...]:
+    """The mesh axes a logical axis is split over, as a tuple (() = replicated)."""
+    axes = RULES[logical]
+    return (axes,) if isinstance(axes, str) else tuple(axes or ())
 
 
 def _spec_of(variable: nnx.Variable) -> P:

@@ -4,16 +4,17 @@ Run:
   python -m composer_jax.train.midtrain --config configs/tiny.py --workdir runs/tiny
 Variants (`--config configs/tiny.py:dense`): "" (MoE, default), "dense" (no experts),
 "test" (smaller still, for unit tests), "pipeline" (stage budgets for the ~20-minute
-one-command pipeline, `python launch/xm_launch.py`).
+one-command pipeline, `python launch/xm_launch.py`), "scaling" (the MoE that the
+expert-parallel tests and benchmarks/moe_scaling_bench.py compile on a mesh).
 """
 import ml_collections
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = arg or ""
-    if variant not in ("", "dense", "test", "pipeline"):
-        raise ValueError(f"configs/tiny.py: unknown variant {variant!r}; use '', 'dense', 'test' "
-                         "or 'pipeline'")
+    if variant not in ("", "dense", "test", "pipeline", "scaling"):
+        raise ValueError(f"configs/tiny.py: unknown variant {variant!r}; use '', 'dense', 'test', "
+                         "'pipeline' or 'scaling'")
     c = ml_collections.ConfigDict()
     c.name = f"tiny{('_' + variant) if variant else ''}"
     c.seed = 0
@@ -205,6 +206,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             vocab_size=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
             d_ff=128, d_ff_expert=32, n_experts=8, top_k=2, max_seq_len=256,
         )
+    if variant == "scaling":
+        # Who does the MoE's work on a mesh (tests/test_expert_parallel.py,
+        # benchmarks/moe_scaling_bench.py): 2 MoE layers, 16 experts top-2, batch 8 x 64.
+        c.model.update(
+            vocab_size=1024, d_model=128, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=32,
+            d_ff=256, d_ff_expert=96, n_experts=16, top_k=2, n_shared_experts=1, max_seq_len=256,
+            capacity_factor=1.25,
+        )
+        c.data.update(seq_len=64, batch_size=8)
     if variant == "pipeline":
         # About 20 minutes end to end on 2 CPU cores: the same code paths with short stages.
         c.train.update(steps=150, warmup_steps=15, eval_every=50)

@@ -34,8 +34,13 @@ class ModelConfig:
     n_shared_experts: int = 0
     first_dense_layers: int = 0
     router_score: str = "softmax"  # softmax | sigmoid
-    moe_impl: str = "ragged"  # ragged | blocked | dense
-    capacity_factor: float = 0.0  # 0 = dropless
+    # ragged | blocked | dense | expert_parallel. On a mesh of more than one device every impl
+    # but the dense reference dispatches expert-parallel (moe.py), ragged/blocked naming the
+    # grouped-matmul kernel; expert_parallel picks it by backend and needs a mesh.
+    moe_impl: str = "ragged"
+    # 0 = dropless. >0: an expert takes ceil(T k / E * factor) assignments; under expert_parallel
+    # each device sends ceil(T_dev k / shards * factor) rows to each expert shard.
+    capacity_factor: float = 0.0
     routed_scale: float = 1.0
     remat: str = "none"  # none | full | save_dots_except_mlp
     # Score targets (losses, prefill log-probs) this many positions at a time, so no whole row's
@@ -123,9 +128,10 @@ class ModelConfig:
             fail("first_dense_layers", f"must be in [0, model.n_layers={self.n_layers}]")
         if self.router_score not in ("softmax", "sigmoid"):
             fail("router_score", "must be 'softmax' or 'sigmoid'")
-        if self.moe_impl not in ("ragged", "blocked", "dense"):
+        if self.moe_impl not in ("ragged", "blocked", "dense", "expert_parallel"):
             fail("moe_impl", "must be 'ragged' (sort + ragged_dot), 'blocked' (sort + block-padded "
-                             "batched matmul) or 'dense' (one-hot reference)")
+                             "batched matmul), 'dense' (one-hot reference) or 'expert_parallel' "
+                             "(all-to-all dispatch over the mesh's expert axis)")
         if self.capacity_factor < 0:
             fail("capacity_factor", "must be >= 0 (0 = dropless)")
         if self.n_groups < 1 or self.n_experts % self.n_groups:

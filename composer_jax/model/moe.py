@@ -1,4 +1,5 @@
-"""Mixture-of-experts feed-forward: float32 router, dropless ragged_dot experts, dense reference.
+"""Mixture-of-experts feed-forward: float32 router, grouped-matmul experts, expert parallelism
+over the mesh, dense reference.
 
 Routing follows DeepSeek-V3's auxiliary-loss-free balancing: experts are *selected* on
 score + bias, the bias is a non-optimised variable nudged after each step towards equal load
@@ -6,15 +7,17 @@ score + bias, the bias is a non-optimised variable nudged after each step toward
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from composer_jax.errors import ConfigError
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.layers import MLP, param
-from composer_jax.sharding import constrain
+from composer_jax.sharding import constrain, logical_to_spec, mesh_axes_of
 
 
 class RouterBias(nnx.Variable):
@@ -50,9 +53,12 @@ def limit_to_top_groups(choice_te: jax.Array, n_groups: int, topk_groups: int) -
 
 
 def route(x_td: jax.Array, w_de: jax.Array, bias_e: jax.Array, cfg: ModelConfig,
-          forced_expert_tk: jax.Array | None = None) -> Routing:
-    """Top-k routing in float32. `forced_expert_tk` replays a recorded choice (RL routing replay)."""
+          forced_expert_tk: jax.Array | None = None, token_axes: tuple[str, ...] = ()) -> Routing:
+    """Top-k routing in float32. `forced_expert_tk` replays a recorded choice (RL routing replay).
+    Inside shard_map, `token_axes` name the mesh axes the tokens are split over: the choice stays
+    per device and only the [E]-sized statistics are summed across them."""
     e, k = cfg.n_experts, cfg.top_k
+    total = (lambda a: jax.lax.psum(a, token_axes)) if token_axes else (lambda a: a)
     logits_te = jnp.einsum("td,de->te", x_td.astype(jnp.float32), w_de.astype(jnp.float32))
     if cfg.router_score == "softmax":
         scores_te = jax.nn.softmax(logits_te, axis=-1)
@@ -71,39 +77,34 @@ def route(x_td: jax.Array, w_de: jax.Array, bias_e: jax.Array, cfg: ModelConfig,
     weight_tk = weight_tk / jnp.sum(weight_tk, axis=-1, keepdims=True) * cfg.routed_scale
 
     t = x_td.shape[0]
-    counts_e = jnp.zeros((e,), jnp.float32).at[expert_tk.reshape(-1)].add(1.0)
-    if cfg.capacity_factor > 0:
+    counts_e = total(jnp.zeros((e,), jnp.float32).at[expert_tk.reshape(-1)].add(1.0))
+    n_tokens = total(jnp.asarray(t, jnp.float32))
+    if cfg.capacity_factor > 0 and not token_axes:  # expert parallelism drops per device instead
         capacity = math.ceil(t * k / e * cfg.capacity_factor)
         keep_tk = capacity_keep_mask(expert_tk, e, capacity)
         weight_tk = weight_tk * keep_tk
         dropped = 1.0 - jnp.mean(keep_tk.astype(jnp.float32))
     else:
         dropped = jnp.zeros((), jnp.float32)
-    fraction_e = counts_e / (t * k)
-    load_balance = e * jnp.sum(jax.lax.stop_gradient(fraction_e) * jnp.mean(probs_te, axis=0))
-    z_loss = jnp.mean(jax.nn.logsumexp(logits_te, axis=-1) ** 2)
+    fraction_e = counts_e / (n_tokens * k)
+    mean_probs_e = total(jnp.sum(probs_te, axis=0)) / n_tokens
+    load_balance = e * jnp.sum(jax.lax.stop_gradient(fraction_e) * mean_probs_e)
+    z_loss = total(jnp.sum(jax.nn.logsumexp(logits_te, axis=-1) ** 2)) / n_tokens
     return Routing(expert_tk.astype(jnp.int32), weight_tk, counts_e, load_balance, z_loss, dropped)
 
 
-def sort_by_expert(expert_tk: jax.Array, n_experts: int):
-    """Assignment order grouped by expert: (order, token of each sorted assignment, group sizes)."""
-    k = expert_tk.shape[1]
-    flat_expert = expert_tk.reshape(-1)
-    order = jnp.argsort(flat_expert, stable=True)
-    return order, order // k, jnp.bincount(flat_expert, length=n_experts).astype(jnp.int32)
-
-
-def ragged_experts(x_td, expert_tk, weight_tk, w_gate_edf, w_up_edf, w_down_efd) -> jax.Array:
-    """Dropless: sort assignments by expert, one `lax.ragged_dot` per projection, scatter back.
-    The fast path on TPU/GPU; XLA:CPU lowers ragged_dot densely (every expert on every row)."""
-    dt = x_td.dtype
-    order, token_of, group_sizes = sort_by_expert(expert_tk, w_gate_edf.shape[0])
-    x_sorted = x_td[token_of]
-    gate = jax.lax.ragged_dot(x_sorted, w_gate_edf.astype(dt), group_sizes)
-    up = jax.lax.ragged_dot(x_sorted, w_up_edf.astype(dt), group_sizes)
-    y_sorted = jax.lax.ragged_dot(jax.nn.silu(gate) * up, w_down_efd.astype(dt), group_sizes)
-    y_sorted = y_sorted * weight_tk.reshape(-1)[order][:, None].astype(dt)
-    return jnp.zeros_like(x_td).at[token_of].add(y_sorted)
+def ragged_rows(x_nd, expert_n, w_gate_edf, w_up_edf, w_down_efd) -> jax.Array:
+    """SwiGLU of each row under its expert: sort rows by expert, one `lax.ragged_dot` per
+    projection, unsort. Rows with expert id == E are empty and give 0. The fast path on
+    TPU/GPU; XLA:CPU lowers ragged_dot densely (every expert on every row)."""
+    dt, e = x_nd.dtype, w_gate_edf.shape[0]
+    order = jnp.argsort(expert_n, stable=True)
+    sizes = jnp.zeros((e,), jnp.int32).at[expert_n].add(1, mode="drop")
+    x_sorted = x_nd[order]
+    gate = jax.lax.ragged_dot(x_sorted, w_gate_edf.astype(dt), sizes)
+    up = jax.lax.ragged_dot(x_sorted, w_up_edf.astype(dt), sizes)
+    y_sorted = jax.lax.ragged_dot(jax.nn.silu(gate) * up, w_down_efd.astype(dt), sizes)
+    return jnp.zeros_like(y_sorted).at[order].set(y_sorted)
 
 
 def block_size(n_assignments: int, n_experts: int) -> int:
@@ -113,30 +114,48 @@ def block_size(n_assignments: int, n_experts: int) -> int:
     return int(min(max(2 ** (target.bit_length() - 1), 8), 128))
 
 
-def blocked_experts(x_td, expert_tk, weight_tk, w_gate_edf, w_up_edf, w_down_efd) -> jax.Array:
-    """Dropless grouped matmul without ragged_dot: each expert's sorted rows are padded to whole
-    blocks, every block belongs to one expert, and one batched matmul runs all blocks. A static
-    bound (ceil(n/block) + E blocks) keeps shapes fixed. Fast on CPU."""
-    dt = x_td.dtype
-    t, k = expert_tk.shape
-    n_experts, d = w_gate_edf.shape[0], x_td.shape[1]
-    n = t * k
-    block = block_size(n, n_experts)
-    n_blocks = -(-n // block) + n_experts
-    order, token_of, sizes = sort_by_expert(expert_tk, n_experts)
-    sorted_expert = expert_tk.reshape(-1)[order]
+def blocked_rows(x_nd, expert_n, w_gate_edf, w_up_edf, w_down_efd) -> jax.Array:
+    """`ragged_rows` without ragged_dot: each expert's sorted rows are padded to whole blocks,
+    every block belongs to one expert, and one batched matmul runs all blocks. A static bound
+    (ceil(n/block) + E blocks) keeps shapes fixed. Fast on CPU."""
+    dt = x_nd.dtype
+    n, d = x_nd.shape
+    e = w_gate_edf.shape[0]
+    block = block_size(n, e)
+    n_blocks = -(-n // block) + e
+    order = jnp.argsort(expert_n, stable=True)
+    sorted_expert = expert_n[order]
+    sizes = jnp.zeros((e,), jnp.int32).at[expert_n].add(1, mode="drop")
     padded = (sizes + block - 1) // block * block
     start, padded_end = jnp.cumsum(sizes) - sizes, jnp.cumsum(padded)
-    row_of = (padded_end - padded)[sorted_expert] + jnp.arange(n) - start[sorted_expert]
-    x_rows = jnp.zeros((n_blocks * block, d), dt).at[row_of].set(x_td[token_of])
+    expert_of = jnp.minimum(sorted_expert, e - 1)
+    row_of = (padded_end - padded)[expert_of] + jnp.arange(n) - start[expert_of]
+    row_of = jnp.where(sorted_expert < e, row_of, n_blocks * block)  # empty rows: nowhere
+    x_rows = jnp.zeros((n_blocks * block, d), dt).at[row_of].set(x_nd[order], mode="drop")
     block_expert = jnp.minimum(
-        jnp.searchsorted(padded_end, jnp.arange(n_blocks) * block, side="right"), n_experts - 1)
+        jnp.searchsorted(padded_end, jnp.arange(n_blocks) * block, side="right"), e - 1)
     x_nbd = x_rows.reshape(n_blocks, block, d)
     gate = jnp.einsum("nbd,ndf->nbf", x_nbd, w_gate_edf[block_expert].astype(dt))
     up = jnp.einsum("nbd,ndf->nbf", x_nbd, w_up_edf[block_expert].astype(dt))
     y_nbd = jnp.einsum("nbf,nfd->nbd", jax.nn.silu(gate) * up, w_down_efd[block_expert].astype(dt))
-    y_sorted = y_nbd.reshape(-1, d)[row_of] * weight_tk.reshape(-1)[order][:, None].astype(dt)
-    return jnp.zeros_like(x_td).at[token_of].add(y_sorted)
+    y_sorted = y_nbd.reshape(-1, d).at[row_of].get(mode="fill", fill_value=0)
+    return jnp.zeros_like(y_sorted).at[order].set(y_sorted)
+
+
+def combine_rows(rows_impl):
+    """An experts function over (tokens, routing) from a per-row kernel: one row per
+    assignment, scaled by its routing weight and summed back into its token."""
+    def experts(x_td, expert_tk, weight_tk, w_gate_edf, w_up_edf, w_down_efd):
+        t, k = expert_tk.shape
+        token_n = jnp.arange(t * k) // k
+        y_nd = rows_impl(x_td[token_n], expert_tk.reshape(-1), w_gate_edf, w_up_edf, w_down_efd)
+        y_nd = y_nd * weight_tk.reshape(-1)[:, None].astype(x_td.dtype)
+        return jnp.zeros_like(x_td).at[token_n].add(y_nd)
+    return experts
+
+
+ragged_experts = combine_rows(ragged_rows)
+blocked_experts = combine_rows(blocked_rows)
 
 
 def dense_experts(x_td, expert_tk, weight_tk, w_gate_edf, w_up_edf, w_down_efd) -> jax.Array:
@@ -152,6 +171,119 @@ def dense_experts(x_td, expert_tk, weight_tk, w_gate_edf, w_up_edf, w_down_efd) 
 
 
 EXPERT_IMPLS = dict(ragged=ragged_experts, blocked=blocked_experts, dense=dense_experts)
+ROW_KERNELS = dict(ragged=ragged_rows, blocked=blocked_rows)
+
+
+def uses_expert_parallel(cfg: ModelConfig, mesh) -> bool:
+    """Whether the MoE dispatches per device over the mesh. On more than one device every
+    impl but the dense reference does (blocked/ragged then name the grouped-matmul kernel):
+    routing the global batch would have every device do the whole batch's MoE."""
+    if cfg.moe_impl == "expert_parallel":
+        return True
+    return cfg.moe_impl != "dense" and not mesh.empty and mesh.size > 1
+
+
+def send_capacity(tokens: int, k: int, n_shards: int, experts_per_shard: int,
+                  capacity_factor: float) -> int:
+    """Rows one device may send to each expert shard: ceil(t k / X * factor), never above the
+    dropless bound (every token's choices within one shard); 0 = that bound."""
+    dropless = tokens * min(k, experts_per_shard)
+    if capacity_factor <= 0:
+        return dropless
+    return max(1, min(dropless, math.ceil(tokens * k / n_shards * capacity_factor)))
+
+
+def dispatch_slots(expert_tk: jax.Array, experts_per_shard: int, n_shards: int, capacity: int):
+    """Where each assignment goes in the [shards x capacity] send buffer.
+
+    Assignments are taken choice-major, so every token's first choice claims capacity before
+    any second choice. -> (token_n, local_expert_n, slot_n, keep_n); a dropped assignment's
+    slot is n_shards * capacity (past the buffer)."""
+    t, k = expert_tk.shape
+    expert_n = expert_tk.T.reshape(-1)
+    token_n = jnp.tile(jnp.arange(t), k)
+    shard_n = expert_n // experts_per_shard
+    onehot_nx = jax.nn.one_hot(shard_n, n_shards, dtype=jnp.int32)
+    position_n = jnp.sum(jnp.cumsum(onehot_nx, axis=0) * onehot_nx, axis=-1) - 1
+    keep_n = position_n < capacity
+    slot_n = jnp.where(keep_n, shard_n * capacity + position_n, n_shards * capacity)
+    return token_n, expert_n % experts_per_shard, slot_n, keep_n
+
+
+def _expert_parallel_shard(x_td, forced_tk, w_router_de, bias_e, w_gate_edf, w_up_edf,
+                           w_down_efd, *, cfg: ModelConfig, rows_impl):
+    """One device's part (inside shard_map): its own tokens, its own experts."""
+    token_axes, expert_axes = mesh_axes_of("batch"), mesh_axes_of("expert")
+    embed_axes, mlp_axes = mesh_axes_of("embed"), mesh_axes_of("expert_mlp")
+    # The weights enter invariant over the token axes; marking them varying before the FSDP
+    # gather puts the gradient's sum over token axes after its reduce-scatter (1/fsdp the bytes).
+    def vary(w, logical):
+        split = {a for name in logical for a in mesh_axes_of(name)}
+        return jax.lax.pcast(w, tuple(a for a in token_axes if a not in split), to="varying")
+    w_router_de = vary(w_router_de, ("embed",))
+    w_gate_edf, w_up_edf, w_down_efd = (vary(w, ("expert", "embed", "expert_mlp"))
+                                        for w in (w_gate_edf, w_up_edf, w_down_efd))
+    if embed_axes:  # FSDP: gather the router and this shard's experts only
+        w_router_de = jax.lax.all_gather(w_router_de, embed_axes, axis=0, tiled=True)
+        w_gate_edf = jax.lax.all_gather(w_gate_edf, embed_axes, axis=1, tiled=True)
+        w_up_edf = jax.lax.all_gather(w_up_edf, embed_axes, axis=1, tiled=True)
+        w_down_efd = jax.lax.all_gather(w_down_efd, embed_axes, axis=2, tiled=True)
+    routing = route(x_td, w_router_de, bias_e, cfg, forced_tk, token_axes)
+    dt = x_td.dtype
+    (t, d), k = x_td.shape, cfg.top_k
+    n_shards, experts_per_shard = jax.lax.axis_size(expert_axes), w_gate_edf.shape[0]
+    capacity = send_capacity(t, k, n_shards, experts_per_shard, cfg.capacity_factor)
+    token_n, local_n, slot_n, keep_n = dispatch_slots(routing.expert_tk, experts_per_shard,
+                                                      n_shards, capacity)
+    rows = n_shards * capacity
+    send_rd = jnp.zeros((rows, d), dt).at[slot_n].set(x_td[token_n], mode="drop")
+    send_r = jnp.full((rows,), experts_per_shard, jnp.int32).at[slot_n].set(local_n, mode="drop")
+    exchange = lambda a: jax.lax.all_to_all(
+        a.reshape(n_shards, capacity, *a.shape[1:]), expert_axes, 0, 0).reshape(a.shape)
+    y_rd = rows_impl(exchange(send_rd), exchange(send_r), w_gate_edf, w_up_edf, w_down_efd)
+    y_nd = exchange(y_rd).at[slot_n].get(mode="fill", fill_value=0)
+    weight_n = routing.weight_tk.T.reshape(-1) * keep_n
+    y_td = jnp.zeros_like(x_td).at[token_n].add(y_nd * weight_n[:, None].astype(dt))
+    if mlp_axes:  # each tensor shard holds a slice of the expert FFN: partial sums
+        y_td = jax.lax.psum(y_td, mlp_axes)
+    dropped = (jax.lax.psum(jnp.sum((~keep_n).astype(jnp.float32)), token_axes)
+               / (jax.lax.psum(t, token_axes) * k))
+    return y_td, routing.replace(weight_tk=routing.weight_tk * keep_n.reshape(k, t).T,
+                                 dropped_fraction=dropped)
+
+
+def expert_parallel_moe(x_td, w_router_de, bias_e, w_gate_edf, w_up_edf, w_down_efd,
+                        cfg: ModelConfig, forced_expert_tk=None, rows_impl=None
+                        ) -> tuple[jax.Array, Routing]:
+    """Expert parallelism under shard_map: each device routes and sorts only its own tokens,
+    sends rows to the devices owning their experts (all-to-all over the expert axis, buffers
+    of `send_capacity` rows per peer), runs a grouped matmul over its local experts
+    (ragged_dot on TPU/GPU, blocked on CPU), and gets the rows back by the reverse all-to-all.
+    Only [E]-sized routing statistics cross the token axes."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        raise ConfigError("model.moe_impl='expert_parallel' needs a device mesh (run under "
+                          "jax.set_mesh(...)); use moe_impl='blocked' or 'ragged' without one")
+    if rows_impl is None:
+        rows_impl = ragged_rows if jax.default_backend() in ("tpu", "gpu") else blocked_rows
+    tokens = logical_to_spec(("batch", None))
+    replicated = jax.sharding.PartitionSpec()
+    w_in = logical_to_spec(("expert", "embed", "expert_mlp"))
+    w_out = logical_to_spec(("expert", "expert_mlp", "embed"))
+    if forced_expert_tk is None:  # shard_map takes arrays only: record "no replay" as -1
+        forced_expert_tk = jnp.full((x_td.shape[0], cfg.top_k), -1, jnp.int32)
+        replay = False
+    else:
+        replay = True
+    shard = lambda x, f, *w: _expert_parallel_shard(x, f if replay else None, *w, cfg=cfg,
+                                                    rows_impl=rows_impl)
+    out_routing = Routing(tokens, tokens, replicated, replicated, replicated, replicated)
+    return jax.shard_map(
+        shard, mesh=mesh,
+        in_specs=(tokens, tokens, logical_to_spec(("embed", "router_experts")),
+                  logical_to_spec(("router_experts",)), w_in, w_in, w_out),
+        out_specs=(tokens, out_routing),
+    )(x_td, forced_expert_tk, w_router_de, bias_e, w_gate_edf, w_up_edf, w_down_efd)
 
 
 class MoE(nnx.Module):
@@ -169,10 +301,14 @@ class MoE(nnx.Module):
         b, t, d = x_btd.shape
         x_td = x_btd.reshape(b * t, d)
         forced = None if forced_expert_btk is None else forced_expert_btk.reshape(b * t, -1)
-        routing = route(x_td, self.w_router_de[...], self.router_bias_e[...], self.cfg, forced)
-        experts = EXPERT_IMPLS[self.cfg.moe_impl]
-        y_td = experts(x_td, routing.expert_tk, routing.weight_tk, self.w_gate_edf[...],
-                       self.w_up_edf[...], self.w_down_efd[...])
+        weights = (self.w_gate_edf[...], self.w_up_edf[...], self.w_down_efd[...])
+        router = (self.w_router_de[...], self.router_bias_e[...])
+        if uses_expert_parallel(self.cfg, jax.sharding.get_abstract_mesh()):
+            y_td, routing = expert_parallel_moe(x_td, *router, *weights, self.cfg, forced,
+                                                ROW_KERNELS.get(self.cfg.moe_impl))
+        else:
+            routing = route(x_td, *router, self.cfg, forced)
+            y_td = EXPERT_IMPLS[self.cfg.moe_impl](x_td, routing.expert_tk, routing.weight_tk, *weights)
         y_btd = constrain(y_td.reshape(b, t, d), ("batch", "length", "act_embed"))
         if self.shared is not None:
             y_btd = y_btd + self.shared(x_btd)

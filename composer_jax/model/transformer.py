@@ -81,7 +81,9 @@ class Transformer(nnx.Module):
     def embed(self, tokens_bt, prev_tokens_kbt=None, has_prev_kbt=None):
         """Token embeddings; with token shift, plus a learned embedding of each of the
         `token_shift` previous tokens (k + 1 back in row k) where the sequence has one."""
-        x = jnp.take(self.embed_vd[...], tokens_bt, axis=0)
+        # The table is gathered over FSDP like any weight, so each device looks up its own rows
+        # (left to propagation, XLA gathers the global batch's activations instead).
+        x = jnp.take(constrain(self.embed_vd[...], ("vocab", None)), tokens_bt, axis=0)
         for k in range(self.cfg.token_shift):
             prev = jnp.take(self.shift_embed_kvd[k], prev_tokens_kbt[k], axis=0)
             x = x + jnp.where(has_prev_kbt[k][..., None], prev, 0.0)

@@ -196,8 +196,11 @@ def _train(config, workdir: pathlib.Path, data_dir, progress: bool, stop: dict) 
                 check_finite(step, metrics, last_checkpoint)
                 bar.update(1)
                 if is_log:
+                    # Capacity drops are shown whenever they happen, never only in the JSONL.
+                    drop = metrics.get("dropped_fraction", 0.0)
                     bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['lr']:.2e}",
-                                    tok_s=f"{timing[0]:.0f}" if timing else "-")
+                                    tok_s=f"{timing[0]:.0f}" if timing else "-",
+                                    **({"dropped": f"{drop:.2%}"} if drop > 0 else {}))
                 if step % tcfg.eval_every == 0 or step == tcfg.steps:
                     eval_metrics = evaluate(eval_step, state, val)
                     writer.write(step, "eval", eval_metrics)
