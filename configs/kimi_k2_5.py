@@ -46,6 +46,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         router_score="sigmoid",
         routed_scale=2.827,
         remat="save_dots_except_mlp",
+        # Expert parallelism: each device sends its tokens' rows to the 16 expert shards
+        # (all-to-all); per peer 1.25x the balanced share, overflow counted as dropped_fraction.
+        moe_impl="expert_parallel",
+        capacity_factor=1.25,
     )
     c.data.seq_len = 32_768  # most mid-training compute is at 32k context
     c.data.batch_size = 1024

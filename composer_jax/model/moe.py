@@ -7,7 +7,6 @@ score + bias, the bias is a non-optimised variable nudged after each step toward
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
@@ -264,6 +263,10 @@ def expert_parallel_moe(x_td, w_router_de, bias_e, w_gate_edf, w_up_edf, w_down_
     if mesh.empty:
         raise ConfigError("model.moe_impl='expert_parallel' needs a device mesh (run under "
                           "jax.set_mesh(...)); use moe_impl='blocked' or 'ragged' without one")
+    shards = math.prod(mesh.shape[a] for a in mesh_axes_of("batch"))
+    if x_td.shape[0] % shards:
+        raise ConfigError(f"expert-parallel MoE: {x_td.shape[0]} tokens (batch x length) do not "
+                          f"split over the mesh's {shards} batch shards (data x fsdp x expert)")
     if rows_impl is None:
         rows_impl = ragged_rows if jax.default_backend() in ("tpu", "gpu") else blocked_rows
     tokens = logical_to_spec(("batch", None))

@@ -4,18 +4,26 @@ Shapes stay fixed so nothing recompiles mid-rollout: a prefill pads its chunk le
 of `rollout.prefill_buckets` (longer inputs go in several chunks) and its slot count up to one
 of a few slot buckets (powers of 4 times the batch shard count, and all slots); decode always
 runs over every slot with a static output length of `rollout.max_new_tokens`.
+
+On a mesh the engine keeps the policy in an inference layout (`inference_mesh`,
+`inference_shardings`): the train mesh's devices with the FSDP axis folded into `data`, so the
+weights are replicated over the batch axes and split only over `expert` and `tensor`, and a
+decoded token moves activations (the MoE's all-to-all, tensor all-reduces), never a weight. The
+weights are resharded once per `set_params` (a policy update), and every jit pins its input and
+output shardings, so an input arriving in another layout is moved, not recompiled for.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from composer_jax.errors import ConfigError
 from composer_jax.model.attention import KVCache
@@ -23,6 +31,7 @@ from composer_jax.model.config import ModelConfig
 from composer_jax.rl import engine
 from composer_jax.rl.rollout_config import RolloutConfig
 from composer_jax.sharding import RULES, logical_to_spec
+from composer_jax.sharding import state_shardings as param_shardings
 
 
 @dataclasses.dataclass
@@ -50,6 +59,39 @@ def batch_shards(mesh: jax.sharding.Mesh | None) -> int:
     axes = RULES["cache_batch"]
     axes = (axes,) if isinstance(axes, str) else axes
     return int(np.prod([mesh.shape[a] for a in axes]))
+
+
+# Mesh axes the inference layout folds into `data`: the weights' FSDP split, which would cost a
+# gather of every weight per decode call (or per token, where XLA keeps it in the loop).
+INFERENCE_FOLD = ("fsdp",)
+
+
+def inference_mesh(mesh: jax.sharding.Mesh, fold: Sequence[str] = INFERENCE_FOLD) -> jax.sharding.Mesh:
+    """The same devices as `mesh` with the `fold` axes merged into `data` (left at size 1).
+
+    The rules table then applies unchanged: a weight split over a folded axis is replicated
+    over it, and the batch axes (data, fsdp, expert) give every device the same slots as on
+    `mesh` when only fsdp is folded. Returns `mesh` itself when every folded axis has size 1."""
+    names = tuple(mesh.axis_names)
+    fold = tuple(a for a in names if a in fold and a != "data")
+    if all(mesh.shape[a] == 1 for a in fold):
+        return mesh
+    order = [names.index("data"), *(names.index(a) for a in fold),
+             *(i for i, a in enumerate(names) if a != "data" and a not in fold)]
+    devices = np.transpose(mesh.devices, order)
+    merged = int(np.prod(devices.shape[:1 + len(fold)]))
+    rest = [a for a in names if a != "data" and a not in fold]
+    sizes = {"data": merged, **{a: 1 for a in fold}, **{a: mesh.shape[a] for a in rest}}
+    devices = devices.reshape([sizes[a] for a in ["data", *fold, *rest]])
+    devices = np.transpose(devices, [["data", *fold, *rest].index(a) for a in names])
+    return jax.sharding.Mesh(devices, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def inference_shardings(params: nnx.State, mesh: jax.sharding.Mesh,
+                        fold: Sequence[str] = INFERENCE_FOLD) -> nnx.State:
+    """Where the engine keeps the policy: the rules table's shardings on `inference_mesh(mesh)`
+    (by default split over expert and tensor, replicated over data and fsdp)."""
+    return param_shardings(params, inference_mesh(mesh, fold))
 
 
 def state_shardings(state: engine.EngineState, mesh: jax.sharding.Mesh) -> engine.EngineState:
@@ -80,32 +122,62 @@ class RolloutEngine:
 
     def __init__(self, graphdef: nnx.GraphDef, params: nnx.State, cfg: ModelConfig,
                  rollout: RolloutConfig, *, valid_vocab: int | None = None,
-                 mesh: jax.sharding.Mesh | None = None):
+                 mesh: jax.sharding.Mesh | None = None, fold: Sequence[str] = INFERENCE_FOLD):
+        """`mesh` is the train mesh; the engine runs on `inference_mesh(mesh, fold)` (fold=()
+        keeps the train layout; ("fsdp", "tensor") also replicates over tensor, trading
+        tensor-fold weight memory for no tensor all-reduces per token)."""
+        train_mesh, mesh = mesh, None if mesh is None else inference_mesh(mesh, fold)
         shards = batch_shards(mesh)
         if rollout.slots % shards:
             raise ConfigError(f"rollout.slots={rollout.slots} must be a multiple of the {shards} "
                               "batch shards of the mesh (sharding.RULES['cache_batch'])")
-        self.cfg, self.rollout, self.mesh, self.params = cfg, rollout, mesh, params
+        self.cfg, self.rollout, self.mesh, self.train_mesh = cfg, rollout, mesh, train_mesh
         self.slots = rollout.slots
         self.window = rollout.window
         self.max_len = rollout.window + max(rollout.prefill_buckets)  # slack for a padded chunk
         self.valid_vocab = cfg.vocab_size if valid_vocab is None else valid_vocab
         self.slot_buckets = sorted({min(shards * 4 ** i, self.slots) for i in range(16)})
         self._lengths = np.zeros(self.slots, np.int64)  # host mirror of the slot lengths
-        self._sampling = (jnp.float32(rollout.temperature), jnp.float32(rollout.top_p),
-                          jnp.int32(self.valid_vocab))
+        sampling = (jnp.float32(rollout.temperature), jnp.float32(rollout.top_p),
+                    jnp.int32(self.valid_vocab))
         state = engine.init_state(cfg, self.slots, self.max_len)
+        # The jits take the weights as a flat list in this order (set_params matches by path,
+        # so a state whose variables carry other metadata still fits).
+        self._param_paths, self._param_tree = _paths(params), jax.tree.structure(params)
+        pins: dict[str, dict] = dict(prefill={}, decode={}, clear={}, seed={})
+        self._param_shardings = None
         if mesh is not None:
-            state = jax.device_put(state, state_shardings(state, mesh))
-        self.state = state
+            self._param_shardings = jax.tree.leaves(inference_shardings(params, train_mesh, fold))
+            rep = NamedSharding(mesh, PartitionSpec())
+
+            def rows(*rest):  # per-slot arrays: split like the cache
+                return NamedSharding(mesh, logical_to_spec(("cache_batch", *rest)))
+
+            def pin(ins, outs):
+                return dict(in_shardings=ins, out_shardings=outs)
+
+            st, w = state_shardings(state, mesh), self._param_shardings
+            state, sampling = jax.device_put(state, st), jax.device_put(sampling, rep)
+            decoded = engine.Decoded(tokens_sn=rows(None), logp_sn=rows(None), logp_sampler_sn=rows(None),
+                                     experts_snlk=rows(None, None, None), n_s=rows(), stopped_s=rows())
+            pins = dict(prefill=pin((w, st, rep, rep, rep, rep), (st, rows(None), rows(None, None, None))),
+                        decode=pin((w, st, rows(), rows(), rows(None), rep, rep, rep), (st, decoded)),
+                        clear=pin((st, rep), st), seed=pin((st, rep, rep), st))
+        self.state, self._sampling = state, sampling
+        self._params: list[jax.Array] = []
+        self.set_params(params)
 
         def with_model(fn):
-            return lambda params, *args: fn(nnx.merge(graphdef, params), *args)
+            def run(flat_params, *args, **kwargs):
+                model = nnx.merge(graphdef, jax.tree.unflatten(self._param_tree, flat_params))
+                return fn(model, *args, **kwargs)
+            return run
 
-        self._prefill = jax.jit(with_model(engine.prefill), donate_argnums=1)
-        self._decode = jax.jit(with_model(engine.decode), donate_argnums=1, static_argnums=8)
-        self._clear = jax.jit(engine.clear, donate_argnums=0)
-        self._seed = jax.jit(engine.seed, donate_argnums=0)
+        decode = functools.partial(with_model(engine.decode), max_new=rollout.max_new_tokens)
+        self._prefill = jax.jit(with_model(engine.prefill), donate_argnums=1, **pins["prefill"])
+        self._decode = jax.jit(decode, donate_argnums=1, **pins["decode"])
+        self._clear = jax.jit(engine.clear, donate_argnums=0, **pins["clear"])
+        self._seed = jax.jit(engine.seed, donate_argnums=0, **pins["seed"])
 
     # ------------------------------------------------------------------------------------------
     def _mesh_context(self):
@@ -119,8 +191,30 @@ class RolloutEngine:
         return self._lengths.copy()
 
     def set_params(self, params: nnx.State) -> None:
-        """New policy weights (same shapes: no recompile)."""
-        self.params = params
+        """New policy weights (same shapes: no recompile), moved once into the inference layout
+        (a no-op for arrays already in it: the engine then shares the caller's buffers)."""
+        by_path = dict(zip(_paths(params), jax.tree.leaves(params)))
+        if set(by_path) != set(self._param_paths):
+            missing = sorted(set(self._param_paths) - set(by_path))
+            extra = sorted(set(by_path) - set(self._param_paths))
+            raise ValueError(f"set_params: the new state's variables differ from the engine's "
+                             f"(missing {missing[:3]}, unexpected {extra[:3]})")
+        flat = [by_path[p] for p in self._param_paths]
+        if self._param_shardings is not None:
+            flat = jax.device_put(flat, self._param_shardings)
+        self._params = flat
+
+    @property
+    def params(self) -> nnx.State:
+        """The policy as the engine holds it (in the inference layout on a mesh)."""
+        return jax.tree.unflatten(self._param_tree, self._params)
+
+    def compile_decode(self):
+        """The compiled decode program (its per-token collectives: `tools.hlo.loop_collectives`)."""
+        args = (self._params, self.state, np.zeros(self.slots, bool), np.zeros(self.slots, np.int32),
+                np.full((self.slots, MAX_STOPS), -1, np.int32), *self._sampling)
+        with self._mesh_context():
+            return self._decode.lower(*args).compile()
 
     def start(self, slots: Sequence[int], keys: Sequence[jax.Array]) -> None:
         """New episodes in `slots`: empty contexts, episode keys, step counters at 0."""
@@ -160,7 +254,7 @@ class RolloutEngine:
                 n_p[row] = len(piece)
             with self._mesh_context():
                 self.state, logp_pt, experts_ptlk = self._prefill(
-                    self.params, self.state, slots_p, tokens_pt, n_p, temperature)
+                    self._params, self.state, slots_p, tokens_pt, n_p, temperature)
             logp_pt, experts_ptlk = np.asarray(logp_pt), np.asarray(experts_ptlk)
             for row, i in enumerate(todo):
                 logp[i].append(logp_pt[row, :n_p[row]])
@@ -187,8 +281,8 @@ class RolloutEngine:
             active_s[slot], budget_s[slot] = True, min(budget, self.window - self._lengths[slot])
             stops_sk[slot, :len(stop)] = stop
         with self._mesh_context():
-            self.state, out = self._decode(self.params, self.state, active_s, budget_s, stops_sk,
-                                           *self._sampling, max_new)
+            self.state, out = self._decode(self._params, self.state, active_s, budget_s, stops_sk,
+                                           *self._sampling)
         out = jax.tree.map(np.asarray, out)
         results = []
         for slot in slots:
@@ -198,6 +292,10 @@ class RolloutEngine:
                                      out.logp_sampler_sn[slot, :n], out.experts_snlk[slot, :n],
                                      bool(out.stopped_s[slot])))
         return results
+
+
+def _paths(tree) -> list[str]:
+    return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 class TeacherForcedOnly:

@@ -36,6 +36,25 @@ def shape_bytes(text: str) -> float:
     return sum(DTYPE_BYTES[dtype] * math.prod(dims) for dtype, dims in array_shapes(text))
 
 
+def group_size(line: str) -> int | None:
+    """Devices per replica group of a collective's HLO line (None when it does not say).
+    Handles the explicit ({{0,1},{2,3}}), iota ([4,2]<=[8]) and mesh (mesh['axis_0'=2,...]
+    {'axis_0'}) spellings."""
+    explicit = re.search(r"replica_groups=\{\{([0-9,]*)\}", line)
+    if explicit:
+        return len(explicit.group(1).split(",")) if explicit.group(1) else None
+    iota = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", line)
+    if iota:
+        return int(iota.group(2))
+    mesh = re.search(r"replica_groups=mesh\[([^\]]*)\](.*)", line)
+    if mesh:
+        sizes = {name: int(size) for name, size in re.findall(r"'(\w+)'=(\d+)", mesh.group(1))}
+        over = re.search(r"\{('[^}]*')\}", mesh.group(2))
+        names = re.findall(r"'(\w+)'", over.group(1)) if over else list(sizes)
+        return math.prod(sizes.get(n, 1) for n in names)
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Collective:
     kind: str  # one of COLLECTIVE_KINDS
@@ -50,10 +69,12 @@ class Collective:
 
 
 def collectives(hlo_text: str) -> list[Collective]:
-    """Every collective in a (per-device, SPMD-partitioned) HLO module. Async pairs count once
-    (the -start op, whose result tuple holds the operand too, so only the last element counts)."""
+    """Every collective in a (per-device, SPMD-partitioned) HLO module that moves data: groups
+    of one device are left out. Async pairs count once (the -start op, whose result tuple
+    holds the operand too, so only the last element counts)."""
     found, computation = [], ""
-    for line in hlo_text.splitlines():
+    # `/*index=5*/` comments in long tuples would hide a computation's header (the `=` test).
+    for line in re.sub(r"/\*.*?\*/", "", hlo_text).splitlines():
         header = _COMPUTATION.match(line)
         if header and "=" not in line.split("{")[0]:
             computation = header.group("name")
@@ -63,7 +84,7 @@ def collectives(hlo_text: str) -> list[Collective]:
             continue
         op = match.group("op")
         kind = op.removesuffix("-start")
-        if kind not in COLLECTIVE_KINDS or op.endswith("-done"):
+        if kind not in COLLECTIVE_KINDS or op.endswith("-done") or group_size(line) == 1:
             continue
         shape = match.group("shape")
         if op.endswith("-start") and shape.startswith("("):
@@ -74,9 +95,18 @@ def collectives(hlo_text: str) -> list[Collective]:
     return found
 
 
-def while_bodies(hlo_text: str) -> set[str]:
-    """Names of the computations that are `while` loop bodies."""
-    return set(re.findall(r"\bwhile\(.*?body=%?([\w.\-]+)", hlo_text))
+def loop_computations(hlo_text: str) -> set[str]:
+    """Names of the computations that run once per iteration of a `while`: bodies and conditions."""
+    return {name for key in ("body", "condition")
+            for name in re.findall(rf"\bwhile\(.*?\b{key}=%?([\w.\-]+)", hlo_text)}
+
+
+def loop_collectives(compiled) -> list[Collective]:
+    """The collectives a compiled program (or its HLO text) runs once per loop iteration, e.g.
+    per decoded token of a decode loop."""
+    text = compiled if isinstance(compiled, str) else compiled.as_text()
+    loops = loop_computations(text)
+    return [c for c in collectives(text) if c.computation in loops]
 
 
 @dataclasses.dataclass(frozen=True)
