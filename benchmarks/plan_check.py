@@ -2,7 +2,8 @@
 
     python benchmarks/plan_check.py --out benchmarks/results/plan_check.json
 
-Memory: the planner's per-chip total vs XLA's own accounting of the compiled train step
+Memory: the planner's train-step bytes (every term but the rollout KV cache, planned for this
+CPU: tools/hardware.py cpu_chip) vs XLA's own accounting of the compiled train step
 (arguments + temporaries; the donated outputs alias the arguments). Step time: the planner's
 prediction at the MFU it assumes vs the measured median step, and the MFU that would have made
 the prediction exact.
@@ -20,7 +21,7 @@ from benchmarks.train_bench import synthetic_batch
 from configs.tiny import get_config
 from composer_jax.model import ModelConfig, create_sharded
 from composer_jax.sharding import batch_sharding, make_mesh
-from composer_jax.tools.hardware import Chip, Slice
+from composer_jax.tools.hardware import Slice, cpu_chip
 from composer_jax.tools.plan import plan
 from composer_jax.train.flops import measure_peak_flops
 from composer_jax.train.optim import make_optimizer
@@ -56,15 +57,15 @@ def main():
             jax.block_until_ready(metrics)
             times.append(time.perf_counter() - start)
     peak = measure_peak_flops("float32", n=4096)
-    cpu = Slice("cpu-1", Chip("cpu", 24 * 2**30, peak, 1), 1)
+    cpu = Slice("cpu-1", cpu_chip(peak_flops=peak), 1)
     predicted = plan(config, cpu, args.mfu)
     measured_bytes = memory.argument_size_in_bytes + memory.temp_size_in_bytes
     step_s = float(np.median(times))
     write_result(args.out, dict(
-        planned_memory_bytes=predicted.memory_total_bytes, planned_terms=predicted.memory_bytes,
+        planned_memory_bytes=predicted.train_step_bytes, planned_terms=predicted.memory_bytes,
         measured_memory_bytes=measured_bytes, measured_argument_bytes=memory.argument_size_in_bytes,
         measured_temp_bytes=memory.temp_size_in_bytes,
-        memory_error=predicted.memory_total_bytes / measured_bytes - 1,
+        memory_error=predicted.train_step_bytes / measured_bytes - 1,
         planned_step_s=predicted.step_time_s, assumed_mfu=args.mfu, measured_step_s=step_s,
         step_time_error=predicted.step_time_s / step_s - 1,
         implied_mfu=args.mfu * predicted.step_time_s / step_s, peak_flops=peak))

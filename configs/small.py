@@ -2,8 +2,8 @@
 
 The tiny pipeline's code paths at a size where the model can learn real code and the RL
 policy has room to copy and plan: 16 layers, d=1024, 32 experts (top-4, expert FFN 512) + 1
-shared expert, first layer dense, a 32k BPE trained on the corpus, 8k-token rollout windows. The planner puts it at 43 GiB of an H100's 72 usable (grad_accum 4 keeps
-the logits small) and 0.61 s per 131k-token step at 35% MFU. `dense`: 0.21B, all active.
+shared expert, first layer dense, a 32k BPE trained on the corpus, 8k-token rollout windows. The planner puts it at 57.3 GiB of an H100's 72 usable (grad_accum 4 keeps
+the logits and attention scores small) and 0.61 s per 131k-token step at 35% MFU. `dense`: 0.21B, all active.
 
 Plan / run:
   python -m composer_jax.tools.plan --config configs/small.py --slice h100-1

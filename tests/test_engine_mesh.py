@@ -9,7 +9,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from composer_jax.config_loading import load_config
 from composer_jax.model import ModelConfig, abstract_model, create_sharded
-from composer_jax.rl.engine_host import RolloutEngine, inference_mesh, inference_shardings
+from composer_jax.rl.engine_host import (FOLDED_WEIGHTS_FRACTION, RolloutEngine, folded_weights_fit,
+                                         inference_mesh, inference_shardings)
 from composer_jax.rl.rollout_config import RolloutConfig
 from composer_jax.sharding import make_mesh, state_shardings
 from composer_jax.tools.compiles import count_compiles
@@ -60,6 +61,12 @@ def test_inference_mesh_folds_fsdp_into_data():
     assert sh["embed_vd"].get_value().shard_shape((512, 64)) == (512, 64)
     both = inference_shardings(abstract, make_mesh(MESHES["1x2x2x2"]), fold=("fsdp", "tensor"))
     assert both["layers"][1]["ffn"]["w_gate_edf"].get_value().shard_shape((8, 64, 32)) == (4, 64, 32)
+    # The engine folds only when its own copy of the folded weights fits beside training.
+    folded = sum(math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize
+                 for x, s in zip(jax.tree.leaves(abstract), jax.tree.leaves(sh)))
+    assert folded_weights_fit(abstract, mesh, bytes_limit=folded / FOLDED_WEIGHTS_FRACTION + 1)
+    assert not folded_weights_fit(abstract, mesh, bytes_limit=folded / FOLDED_WEIGHTS_FRACTION - 1)
+    assert folded_weights_fit(abstract, mesh)  # CPU devices report no limit
 
 
 def smallest_weight_bytes(engine) -> int:

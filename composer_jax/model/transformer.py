@@ -47,6 +47,14 @@ class Block(nnx.Module):
         return x_btd, k_cache, v_cache, routing
 
 
+def remat_block(block: Block, policy, *args):
+    """`block(*args)` with its activations recomputed in the backward pass per `policy`. A pure
+    jax.checkpoint over the block's state: the forward mutates nothing, and nnx.remat's write-back
+    would touch variables (the router bias) that belong to an outer trace in the train step."""
+    graphdef, state = nnx.split(block)
+    return jax.checkpoint(lambda s, *a: nnx.merge(graphdef, s)(*a), policy=policy)(state, *args)
+
+
 def collect_aux(routings: list) -> dict[str, jax.Array]:
     """Stack per-MoE-layer routing statistics; zeros for a dense model."""
     if not routings:
@@ -129,8 +137,7 @@ class Transformer(nnx.Module):
             if self.cfg.remat == "none":
                 x, routing = block(x, positions_bt, segment_ids_bt, forced)
             else:
-                x, routing = nnx.remat(lambda blk, *a: blk(*a), policy=policy)(
-                    block, x, positions_bt, segment_ids_bt, forced)
+                x, routing = remat_block(block, policy, x, positions_bt, segment_ids_bt, forced)
             if routing is not None:
                 routings.append(routing)
                 moe_index += 1

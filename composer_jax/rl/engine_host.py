@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 
 import jax
@@ -94,6 +95,23 @@ def inference_shardings(params: nnx.State, mesh: jax.sharding.Mesh,
     return param_shardings(params, inference_mesh(mesh, fold))
 
 
+FOLDED_WEIGHTS_FRACTION = 0.4  # of a device's memory; the KV cache and the learner need the rest
+
+
+def folded_weights_fit(params: nnx.State, mesh: jax.sharding.Mesh,
+                       fold: Sequence[str] = INFERENCE_FOLD, bytes_limit: float | None = None) -> bool:
+    """Whether the engine's own copy of the weights in the folded layout fits beside training
+    (a Kimi-size model replicated over FSDP would not: it then keeps the train layout). The
+    limit is the device's own; a device that reports none (CPU) is taken to have room."""
+    if bytes_limit is None:
+        bytes_limit = (mesh.devices.flat[0].memory_stats() or {}).get("bytes_limit")
+    if bytes_limit is None:
+        return True
+    per_device = sum(math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize for x, s in zip(
+        jax.tree.leaves(params), jax.tree.leaves(inference_shardings(params, mesh, fold))))
+    return per_device <= FOLDED_WEIGHTS_FRACTION * bytes_limit
+
+
 def state_shardings(state: engine.EngineState, mesh: jax.sharding.Mesh) -> engine.EngineState:
     def spec(*names):
         return NamedSharding(mesh, logical_to_spec(names))
@@ -122,10 +140,13 @@ class RolloutEngine:
 
     def __init__(self, graphdef: nnx.GraphDef, params: nnx.State, cfg: ModelConfig,
                  rollout: RolloutConfig, *, valid_vocab: int | None = None,
-                 mesh: jax.sharding.Mesh | None = None, fold: Sequence[str] = INFERENCE_FOLD):
+                 mesh: jax.sharding.Mesh | None = None, fold: Sequence[str] | None = None):
         """`mesh` is the train mesh; the engine runs on `inference_mesh(mesh, fold)` (fold=()
         keeps the train layout; ("fsdp", "tensor") also replicates over tensor, trading
-        tensor-fold weight memory for no tensor all-reduces per token)."""
+        tensor-fold weight memory for no tensor all-reduces per token). By default FSDP is
+        folded when the folded weights fit in `FOLDED_WEIGHTS_FRACTION` of a device."""
+        if fold is None:
+            fold = INFERENCE_FOLD if mesh is None or folded_weights_fit(params, mesh) else ()
         train_mesh, mesh = mesh, None if mesh is None else inference_mesh(mesh, fold)
         shards = batch_shards(mesh)
         if rollout.slots % shards:
