@@ -21,20 +21,17 @@ if "--gpu" not in sys.argv:
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
-import time  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.common import write_result  # noqa: E402
-from benchmarks.train_bench import synthetic_batch  # noqa: E402
+from benchmarks.train_bench import timed_train_steps  # noqa: E402
 from configs.tiny import get_config  # noqa: E402
-from composer_jax.model import ModelConfig, create_sharded, moe  # noqa: E402
-from composer_jax.sharding import batch_sharding, make_mesh  # noqa: E402
+from composer_jax.model import ModelConfig, moe  # noqa: E402
+from composer_jax.sharding import make_mesh  # noqa: E402
 from composer_jax.tools.compile_step import compile_train_step  # noqa: E402
 from composer_jax.tools.hlo import program_stats  # noqa: E402
-from composer_jax.train.optim import make_optimizer  # noqa: E402
-from composer_jax.train.step import create_train_state, make_train_step  # noqa: E402
 
 MESHES = {"1": dict(data=1), "8x1x1x1": dict(data=8), "1x1x8x1": dict(expert=8),
           "2x2x2x1": dict(data=2, fsdp=2, expert=2), "1x2x2x2": dict(fsdp=2, expert=2, tensor=2)}
@@ -57,25 +54,6 @@ def global_routing(on: bool):
         moe.uses_expert_parallel = original
 
 
-def step_time(config, mesh, steps: int) -> float:
-    cfg = ModelConfig.from_config(config.model)
-    tx = make_optimizer(config.train)
-    graphdef, params = create_sharded(cfg, mesh, seed=0)
-    state, shardings = create_train_state(params, tx)
-    bsh = batch_sharding(mesh)
-    step = make_train_step(graphdef, tx, cfg, config.train, shardings, bsh)
-    batch = synthetic_batch(config.data.batch_size, config.data.seq_len, cfg.vocab_size, bsh)
-    times = []
-    with jax.set_mesh(mesh):
-        for i in range(steps + 1):
-            start = time.perf_counter()
-            state, metrics = step(state, batch)
-            jax.block_until_ready(metrics)
-            if i:  # the first call compiles
-                times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def a2a_estimate(cfg: ModelConfig, config, mesh: dict) -> float:
     """Bytes per MoE layer per device, forward: tokens x top-k rows of d_model, there and back."""
     shards = np.prod([mesh.get(a, 1) for a in ("data", "fsdp", "expert")])
@@ -94,7 +72,7 @@ def cpu_rows(steps: int) -> list[dict]:
             mesh = make_mesh(MESHES[mesh_name], jax.devices()[:n])
             with global_routing(forced_global):
                 stats = program_stats(compile_train_step(config, mesh))
-                seconds = step_time(config, mesh, steps)
+                seconds = float(np.median(timed_train_steps(config, mesh, steps)))
             a2a = stats.collective_bytes().get("all-to-all", 0.0)
             row = dict(impl=impl, global_routing=forced_global, mesh=mesh_name, devices=n,
                        gflops_per_device=stats.flops / 1e9,
@@ -135,7 +113,7 @@ def gpu_mfu(steps: int) -> list[dict]:
         config.data.batch_size = 8
         cfg = ModelConfig.from_config(config.model)
         mesh = make_mesh(dict(data=1), jax.devices()[:1])
-        seconds = step_time(config, mesh, steps)
+        seconds = float(np.median(timed_train_steps(config, mesh, steps)))
         flops = model_stats(cfg, config.data.seq_len).flops_per_token_train * 8 * config.data.seq_len
         out.append(dict(config=f"small.py:{variant}", step_s=seconds, matmul_peak_flops=peak,
                         mfu_vs_matmul=flops / seconds / peak))

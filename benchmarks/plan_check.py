@@ -11,21 +11,18 @@ the prediction exact.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import numpy as np
 
 from benchmarks.common import write_result
-from benchmarks.train_bench import synthetic_batch
+from benchmarks.train_bench import timed_train_steps
 from configs.tiny import get_config
-from composer_jax.model import ModelConfig, create_sharded
-from composer_jax.sharding import batch_sharding, make_mesh
+from composer_jax.sharding import make_mesh
+from composer_jax.tools.compile_step import compile_train_step
 from composer_jax.tools.hardware import Slice, cpu_chip
 from composer_jax.tools.plan import plan
 from composer_jax.train.flops import measure_peak_flops
-from composer_jax.train.optim import make_optimizer
-from composer_jax.train.step import create_train_state, make_train_step
 
 
 def main():
@@ -37,25 +34,9 @@ def main():
     config = get_config()
     with config.unlocked():
         config.mesh.data = 1
-    model_cfg = ModelConfig.from_config(config.model)
     mesh = make_mesh(dict(config.mesh), jax.devices()[:1])
-    tx = make_optimizer(config.train)
-    graphdef, params = create_sharded(model_cfg, mesh, seed=0)
-    state, shardings = create_train_state(params, tx)
-    bsh = batch_sharding(mesh)
-    step = make_train_step(graphdef, tx, model_cfg, config.train, shardings, bsh)
-    batch = synthetic_batch(config.data.batch_size, config.data.seq_len, model_cfg.vocab_size, bsh)
-    with jax.set_mesh(mesh):
-        memory = step.lower(state, batch).compile().memory_analysis()
-        for _ in range(2):
-            state, metrics = step(state, batch)
-        jax.block_until_ready(metrics)
-        times = []
-        for _ in range(args.steps):
-            start = time.perf_counter()
-            state, metrics = step(state, batch)
-            jax.block_until_ready(metrics)
-            times.append(time.perf_counter() - start)
+    memory = compile_train_step(config, mesh).memory_analysis()
+    times = timed_train_steps(config, mesh, args.steps)
     peak = measure_peak_flops("float32", n=4096)
     cpu = Slice("cpu-1", cpu_chip(peak_flops=peak), 1)
     predicted = plan(config, cpu, args.mfu)

@@ -36,29 +36,37 @@ def synthetic_batch(batch: int, seq_len: int, vocab: int, sharding) -> dict:
     return {k: jax.device_put(v, sharding) for k, v in host.items()}
 
 
-def bench(batch: int, seq_len: int, moe_impl: str, dtype: str, steps: int) -> dict:
-    config = get_config()
-    config.model.update(moe_impl=moe_impl, dtype=dtype)
+def timed_train_steps(config, mesh, steps: int, batch: int | None = None,
+                      seq_len: int | None = None) -> list[float]:
+    """Wall seconds of `steps` real train steps of `config` on `mesh` (synthetic tokens), after
+    a compile and one warm step."""
     model_cfg = ModelConfig.from_config(config.model)
-    mesh = make_mesh(dict(data=-1))
     tx = make_optimizer(config.train)
     graphdef, params = create_sharded(model_cfg, mesh, seed=0)
     state, shardings = create_train_state(params, tx)
     bsh = batch_sharding(mesh)
     step = make_train_step(graphdef, tx, model_cfg, config.train, shardings, bsh)
-    data = synthetic_batch(batch, seq_len, model_cfg.vocab_size, bsh)
+    data = synthetic_batch(batch or config.data.batch_size, seq_len or config.data.seq_len,
+                           model_cfg.vocab_size, bsh)
+    times = []
     with jax.set_mesh(mesh):
-        for _ in range(2):  # compile + one warm step
-            state, metrics = step(state, data)
-        jax.block_until_ready(metrics)
-        # The machine is shared: measure the peak right next to the timed steps, not once.
-        peak = measure_peak_flops("float32", n=4096)
-        times = []
-        for _ in range(steps):
+        for i in range(steps + 2):
             start = time.perf_counter()
             state, metrics = step(state, data)
             jax.block_until_ready(metrics)
-            times.append(time.perf_counter() - start)
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+    return times
+
+
+def bench(batch: int, seq_len: int, moe_impl: str, dtype: str, steps: int) -> dict:
+    config = get_config()
+    config.model.update(moe_impl=moe_impl, dtype=dtype)
+    model_cfg = ModelConfig.from_config(config.model)
+    mesh = make_mesh(dict(data=-1))
+    # The machine is shared: measure the peak right before and after the timed steps.
+    peak = measure_peak_flops("float32", n=4096)
+    times = timed_train_steps(config, mesh, steps, batch, seq_len)
     peak = max(peak, measure_peak_flops("float32", n=4096))
     step_s = float(np.median(times))
     tokens_per_s = batch * seq_len / step_s
