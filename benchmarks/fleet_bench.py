@@ -10,24 +10,26 @@ as the agent loop runs them) and on a warm Ray pool of `--workers` actors.
                                    separate processes beat threads sharing this one's GIL)
   ray_call_ms, calls_per_episode   an actor call's round trip, and calls an episode makes
   pool_start_s                     starting the warm pool (actors, env, task suites)
-Part 2, a slow environment (`--latency` s per reset/step, on the Ray pool) and a learner
-update of `--update_s` s (the bandit stand-in learner plus a sleep): `--steps` RL steps of
-`--batch` episodes, sync vs async with max_lag=1.
-  async_speedup                    sync wall time / async wall time
-  ideal_speedup                    (generate + update) / max(generate, update), from sync's steps
+Part 2, through the real trainer (`composer_jax.rl.train.run_rl`): `--steps` RL steps of the
+tiny policy (`--model`, a configs/tiny.py variant) on composer/Toy-v0 slowed to `--latency` s
+per reset/step, `--groups` groups of 4 a step, `--epochs` passes of the update; sync vs async
+(fleet.rl_mode, max_lag=1) on local envs and on the Ray fleet. Steps 1-2 are left out (compiles).
+  async_speedup (local, ray)       sync step time / async step time (wall time between steps)
+  ideal_speedup                    (rollout + update) / max(rollout, update), from sync's steps
 """
 import argparse
 import os
+import pathlib
+import shutil
 import statistics
 import time
 
 from benchmarks.common import write_result
-from composer_jax.fleet import FleetConfig, bandit
-from composer_jax.fleet.async_rl import Sample, run_rl
+from composer_jax.fleet import FleetConfig
 from composer_jax.fleet.cluster import connect
 from composer_jax.fleet.factory import env_factory
 from composer_jax.fleet.pool import EnvPool
-from composer_jax.fleet.scripted import play, run_scripted
+from composer_jax.fleet.scripted import run_scripted
 from environments.experts import expert_plan
 from environments.suites import make_suite
 
@@ -83,43 +85,51 @@ def compare_backends(args, cfg: FleetConfig) -> dict:
     return out
 
 
-def async_vs_sync(args, cfg: FleetConfig) -> dict:
-    env_id, kwargs = SUITES["LongHorizon"]
-    tasks = spaced_tasks("LongHorizon", kwargs, 40)
-    with EnvPool(cfg, env_id, latency_s=args.latency, split="validation", **kwargs) as pool:
-        def rollout(params, version, indices):
-            """Per sample: the bandit picks an arm; a slow graded episode decides if it pays."""
-            out = []
-            for (arm, logp), i in zip(bandit.sample_arms(params, indices), indices):
-                env = pool.make_env()
-                episode = play(env, i, tasks[i % len(tasks)], expert_plan)
-                env.close()
-                out.append((arm, logp) if episode.reward == 1.0 else (0, logp))
-            return out
+def trainer_config(args, mode: str, backend: str):
+    """The tiny test policy on composer/Toy-v0 (a one-turn env whose every group has reward
+    variance, so every step updates) slowed by `--latency` s per reset and step."""
+    from configs.tiny import get_config
 
-        def train(params, batch):
-            time.sleep(args.update_s)  # the accelerator's update
-            return bandit.train_step(params, batch, rewards=ARM_REWARDS)
+    c = get_config(args.model or None)
+    c.model.max_seq_len = 512
+    c.rollout.update(window=448, summary_budget=16, turn_budget=12, max_segments=2, slots=8, max_turns=1,
+                     prefill_buckets=(32, 128))
+    c.rl.suite_options = {"tasks": 64, "latency_s": args.latency}
+    c.rl.update(env_id="composer/Toy-v0", env_max_turns=1, steps=args.steps, groups_per_step=args.groups,
+                group_size=4, max_sampling_rounds=1, row_len=64, minibatch_rows=8, epochs=args.epochs,
+                eval_tasks=0, checkpoint_every=args.steps)
+    c.rl.optim.update(lr=1e-3, steps=args.steps)
+    c.fleet.update(backend=backend, rl_mode=mode, max_lag=1, workers=8, cpus_per_worker=0.25)
+    return c
 
-        warm = bandit.init_params(len(ARM_REWARDS))  # compile outside the timed runs
-        bandit.train_step(warm, [Sample(i, 0, a) for i, a in enumerate(bandit.sample_arms(warm, range(args.batch)))],
-                          rewards=ARM_REWARDS)
-        result = {}
+
+def async_vs_sync(args, work) -> dict:
+    """`--steps` RL steps of `python -m composer_jax.rl.train` (run_rl) per mode and backend."""
+    from composer_jax.rl.train import run_rl
+    from composer_jax.train.metrics import read_jsonl
+
+    result = {}
+    for backend in ("local", "ray"):
         for mode in ("sync", "async"):
-            run_cfg = FleetConfig(rl_mode=mode, max_lag=1, concurrency=args.workers)
-            start = time.perf_counter()
-            _, hist = run_rl(bandit.init_params(len(ARM_REWARDS)), rollout, train, steps=args.steps,
-                             batch_size=args.batch, cfg=run_cfg)
-            result[mode] = {"wall_s": time.perf_counter() - start,
-                            "step_s_mean": statistics.fmean(h["step_s"] for h in hist),
-                            "learner_wait_s_mean": statistics.fmean(h["wait_s"] for h in hist),
-                            "train_s_mean": statistics.fmean(h["train_s"] for h in hist),
-                            "lag_mean": statistics.fmean(h["lag_mean"] for h in hist),
-                            "dropped_stale": sum(h["dropped_stale"] for h in hist),
-                            "is_weight_mean": statistics.fmean(h["is_weight_mean"] for h in hist)}
-    result["speedup"] = result["sync"]["wall_s"] / result["async"]["wall_s"]
-    generate, update = result["sync"]["learner_wait_s_mean"], result["sync"]["train_s_mean"]
-    result["ideal_speedup"] = (generate + update) / max(generate, update)
+            out = work / f"{backend}_{mode}"
+            start, stamps = time.perf_counter(), []
+            run_rl(trainer_config(args, mode, backend), out,
+                   log=lambda line: stamps.append(time.perf_counter()) if line.startswith("rl ") else None)
+            wall = time.perf_counter() - start
+            rows = [r for r in read_jsonl(out / "metrics.jsonl") if r["kind"] == "train"][2:]  # steps 1-2: compiles
+            # step_s: wall time between consecutive steps' log lines from step 2 on (async's step 2
+            # rollouts overlap step 1's compile, which would flatter it)
+            result[f"{backend}_{mode}"] = {
+                "run_wall_s": wall, "step_s_mean": (stamps[-1] - stamps[1]) / (len(stamps) - 2),
+                "rollout_s_mean": statistics.fmean(r["rollout_s"] for r in rows),
+                "learn_s_mean": statistics.fmean(r["learn_s"] for r in rows),
+                "learner_wait_s_mean": statistics.fmean(r["wait_s"] for r in rows),
+                "lag_mean": statistics.fmean(r["lag_mean"] for r in rows),
+                "reward": [r["reward"] for r in rows]}
+        sync, asyn = result[f"{backend}_sync"], result[f"{backend}_async"]
+        result[f"{backend}_speedup"] = sync["step_s_mean"] / asyn["step_s_mean"]
+        result[f"{backend}_ideal_speedup"] = ((sync["rollout_s_mean"] + sync["learn_s_mean"])
+                                              / max(sync["rollout_s_mean"], sync["learn_s_mean"]))
     return result
 
 
@@ -128,22 +138,28 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--episodes", type=int, default=16, help="per suite")
     ap.add_argument("--workers", type=int, default=os.cpu_count())
-    ap.add_argument("--latency", type=float, default=0.2, help="simulated env latency per call (s)")
-    ap.add_argument("--update_s", type=float, default=5.0, help="simulated learner update (s)")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--latency", type=float, default=0.5, help="simulated env latency per call (s)")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--model", default="", help="configs/tiny.py variant of the policy ('' = the 8.8M MoE)")
+    ap.add_argument("--workdir", default="runs/fleet_bench")
     args = ap.parse_args()
     connect("", num_cpus=os.cpu_count())
     cfg = FleetConfig(backend="ray", workers=args.workers, cpus_per_worker=1.0)
     backends = compare_backends(args, cfg)
-    rl = async_vs_sync(args, cfg)
+    work = pathlib.Path(args.workdir)
+    shutil.rmtree(work, ignore_errors=True)
+    rl = async_vs_sync(args, work)
     total_local = sum(b["local"]["episodes"] for b in backends.values())
     write_result(args.out, {"fleet_bench": {
         "local_eps_per_s": total_local / sum(b["local"]["wall_s"] for b in backends.values()),
         "ray_eps_per_s": total_local / sum(b["ray"]["wall_s"] for b in backends.values()),
         "ray_overhead_s_per_episode": statistics.fmean(b["ray_overhead_s_per_episode"] for b in backends.values()),
         "ray_call_ms": statistics.fmean(b["ray_call_ms"] for b in backends.values()),
-        "async_speedup": rl["speedup"], "ideal_speedup": rl["ideal_speedup"], "suites": backends, "rl_steps": rl,
+        "async_speedup": {"local": rl["local_speedup"], "ray": rl["ray_speedup"]},
+        "ideal_speedup": {"local": rl["local_ideal_speedup"], "ray": rl["ray_ideal_speedup"]},
+        "suites": backends, "rl_steps": rl,
         "settings": vars(args)}})
 
 

@@ -1,10 +1,10 @@
 """Do the sampler's and the learner's log-probs of the same tokens agree on a real model?
 
     python -m benchmarks.logp_agreement --config configs/qwen_coder_0p5b.py:bugfix \
-        --init_from runs/qwen_cpu_sft/sft/checkpoints --episodes 4 --set rollout.slots=4 \
-        --set rl.row_len=1024 --set rollout.window=1024 --set rollout.summary_budget=128 \
-        --set rollout.turn_budget=192 --set rollout.temperature=0.7 \
-        --set "rollout.prefill_buckets=(128, 512)" --out benchmarks/results/logp_agreement_qwen_cpu.json
+        --init_from runs/qwen_cpu_sft/sft/checkpoints --episodes 4 --config.rollout.slots=4 \
+        --config.rl.row_len=1024 --config.rollout.window=1024 --config.rollout.summary_budget=128 \
+        --config.rollout.turn_budget=192 --config.rollout.temperature=0.7 \
+        "--config.rollout.prefill_buckets=(128, 512)" --out benchmarks/results/logp_agreement_qwen_cpu.json
 
 RL's importance ratios assume that the engine (KV-cache decode, bucketed prefills) and the
 learner (one packed forward pass) give a token the same log-probability under the same params.
@@ -37,27 +37,27 @@ def main(argv=None):
     import jax.numpy as jnp
     from flax import nnx
 
-    from composer_jax.config_loading import apply_override, load_config
+    from composer_jax.config_loading import apply_override, load_config, split_overrides
     from composer_jax.rl import segments
     from composer_jax.rl.agent import AgentLoop
+    from composer_jax.rl.envs import local_factory, task_ids
     from composer_jax.rl.learner import make_logp
-    from composer_jax.rl.train import env_factory, task_ids
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
     p.add_argument("--init_from", default="", help="checkpoints directory or imported model (default: fresh init)")
     p.add_argument("--episodes", type=int, default=4)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="")
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
     if args.episodes < 1:
         p.error(f"--episodes must be >= 1, got {args.episodes}")
     c = load_config(args.config)
-    for item in args.set:
+    for item in overrides:
         apply_override(c, item)
     run = rl_bench._engine(c, init_from=args.init_from)
     loop = AgentLoop(run.engine, run.tokenizer, dataclasses.replace(run.engine.rollout, seed=int(c.seed)),
-                     env_factory(c.rl, "train"))
+                     local_factory(c.rl, "train"))
     try:
         ids = task_ids(c.rl, "train")[:args.episodes]
         episodes = loop.run([{"options": {"task_id": t}} for t in ids], progress="episodes")

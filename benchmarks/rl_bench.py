@@ -23,13 +23,14 @@ import argparse
 import copy
 import json
 import pathlib
+import sys
 import time
 from collections import Counter
 
 import numpy as np
 
 from benchmarks.common import write_result
-from composer_jax.config_loading import apply_override
+from composer_jax.config_loading import apply_override, split_overrides
 from configs.tiny import get_config
 
 RESULT = pathlib.Path(__file__).parent / "results" / "rl_tiny.json"
@@ -65,12 +66,11 @@ def bench_config(quick: bool, hops: int = 4, filler_lines: int = 6):
 def train_tokenizer(c, path: pathlib.Path) -> None:
     from composer_jax.data.tokenizer import Tokenizer
     from composer_jax.harness.protocol import SUMMARIZE_INSTRUCTION, render_conversation
-    from composer_jax.rl.train import env_factory, task_ids
+    from composer_jax.rl.envs import local_factory, task_ids
     from environments.experts import run_plan
-
     from environments.suites.longhorizon import FRAGMENT_WORDS, KEY_WORDS, NOTE_WORDS
 
-    env = env_factory(c.rl)()
+    env = local_factory(c.rl)()
     # Every secret word as it appears (in backticks, in quotes) so each is one token.
     texts = [SUMMARIZE_INSTRUCTION, SYSTEM] + ["\n".join(
         [f"`{w}` '{w}'" for w in KEY_WORDS + FRAGMENT_WORDS] + [f"docs/note_{w}.md" for w in NOTE_WORDS])] * 64
@@ -168,8 +168,6 @@ def main(argv=None):
     p.add_argument("--hops", type=int, default=4, help="LongHorizon notes after the start note (RL and evaluation)")
     p.add_argument("--sft_hops", type=int, default=4, help="notes in the SFT demonstrations' tasks")
     p.add_argument("--filler", type=int, default=6, help="LongHorizon filler lines per note")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override the RL config, e.g. --set rl.loss.kl_coef=0.05 (repeatable)")
     p.add_argument("--no_sweeps", action="store_true", help="skip the length sweep and the BugFix evaluation")
     p.add_argument("--combine", default="", help="comma list of result JSONs (one arm each, same settings): "
                    "write them as one record instead of running")
@@ -179,7 +177,9 @@ def main(argv=None):
                    "pooled pass rates and paired tests, written to --out (default benchmarks/results/rl_tiny_seeds.json)")
     p.add_argument("--notes", default="")
     p.add_argument("--out", default="", help="result path (default benchmarks/results/rl_tiny.json)")
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
+    args.overrides = overrides  # recorded with the run (record_seed reads the seed from them)
     if args.pool:
         pooled = pool_seeds(read_records(args.pool.split(","), "--pool"))
         write_result(args.out or str(RESULT.with_name("rl_tiny_seeds.json")), pooled)
@@ -203,7 +203,7 @@ def main(argv=None):
         c.rl.groups_per_step = args.rl_groups
     if args.rl_advantage:
         c.rl.advantage = args.rl_advantage
-    for item in args.set:
+    for item in overrides:
         apply_override(c, item)
     tok_path = work / "tokenizer.json"
     if not tok_path.exists():
@@ -301,9 +301,9 @@ def _engine(c, init_from: str = ""):
 
     from composer_jax.rl.train import build
 
-    run = build(c, c.rl.optim, init_from=init_from)
+    run = build(c, None, init_from=init_from)
     run.loop.close()
-    return dataclasses.replace(run, state=None, loop=None)
+    return dataclasses.replace(run, loop=None)
 
 
 def _policy_loop(run, checkpoints: str, env_cfg, rollout_overrides: dict | None = None):
@@ -314,19 +314,19 @@ def _policy_loop(run, checkpoints: str, env_cfg, rollout_overrides: dict | None 
     import jax
 
     from composer_jax.rl.agent import AgentLoop
-    from composer_jax.rl.train import env_factory, load_params
+    from composer_jax.rl.envs import local_factory
+    from composer_jax.rl.train import load_params
 
     with jax.set_mesh(run.mesh):
         run.engine.set_params(load_params(run.config, checkpoints, run.model_cfg, run.mesh, run.tx))
     rollout = dataclasses.replace(run.engine.rollout, **(rollout_overrides or {}))
-    return AgentLoop(run.engine, run.tokenizer, rollout, env_factory(env_cfg, "validation"))
+    return AgentLoop(run.engine, run.tokenizer, rollout, local_factory(env_cfg, "validation"))
 
 
 def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks: int = 8) -> dict:
     """Each arm's final policy on validation tasks of growing length (more notes to follow):
     pass rate against transcript length in windows."""
     from composer_jax.rl.learner import evaluate
-
     from environments.suites.longhorizon import task_id
 
     c = copy.deepcopy(c)
@@ -428,10 +428,12 @@ def read_records(paths: list[str], flag: str) -> dict[str, dict]:
 
 
 def record_seed(rec: dict) -> int:
-    """The run's `seed` (records written before the field existed name it only in `--set`)."""
+    """The run's `seed` (records written before the field existed name it only in their
+    overrides: `set`, as the flag was then called, or `overrides`)."""
     if "seed" in rec:
         return int(rec["seed"])
-    given = [item.partition("=")[2] for item in rec["argv"].get("set", []) if item.startswith("seed=")]
+    overrides = rec["argv"].get("overrides", rec["argv"].get("set", []))
+    given = [item.partition("=")[2] for item in overrides if item.startswith("seed=")]
     return int(given[-1]) if given else int(get_config("test").seed)
 
 
@@ -450,7 +452,7 @@ def check_combinable(records: dict[str, dict], seed: int | None, flag: str = "--
         settings = same
         if seed is not None and record_seed(rec) != seed:
             raise SystemExit(f"{flag}: {path} ran with seed {record_seed(rec)}, this process has seed "
-                             f"{seed} (pass --set seed={record_seed(rec)})")
+                             f"{seed} (pass --config.seed={record_seed(rec)})")
 
 
 def combine(args, c, work, eval_ids, paths: list[str], sft_out, sft_s, extra) -> None:

@@ -1,13 +1,13 @@
 """RL on BugFix at tiny scale on CPU: does RL improve an SFT policy at fixing real code?
 
-    python -m benchmarks.rl_bugfix_bench [--workdir runs/rl_bugfix] [--quick] [--set seed=1]
-    python -m benchmarks.rl_bugfix_bench --drills 3000 --set sft.demos=4096 --set sft.optim.steps=1000 \
+    python -m benchmarks.rl_bugfix_bench [--workdir runs/rl_bugfix] [--quick] [--config.seed=1]
+    python -m benchmarks.rl_bugfix_bench --drills 3000 --config.sft.demos=4096 --config.sft.optim.steps=1000 \
         --out benchmarks/results/rl_bugfix_drills.json    # SFT on function drills, RL on the same
-    python -m benchmarks.rl_bugfix_bench --drills 3000 --set sft.demos=4096 --set sft.optim.steps=1000 \
+    python -m benchmarks.rl_bugfix_bench --drills 3000 --config.sft.demos=4096 --config.sft.optim.steps=1000 \
         --rl_drill_source methods --out benchmarks/results/rl_bugfix_methods.json  # RL on unseen functions
     python -m benchmarks.rl_bugfix_bench --eval sft=runs/rl_bugfix/sft/checkpoints \
-        rl=runs/rl_bugfix/rl/checkpoints --set rl.tokenizer=runs/rl_bugfix/tokenizer.json \
-        --set rollout.temperature=0.0 --out greedy.json    # paired evaluation, greedy decoding
+        rl=runs/rl_bugfix/rl/checkpoints --config.rl.tokenizer=runs/rl_bugfix/tokenizer.json \
+        --config.rollout.temperature=0.0 --out greedy.json    # paired evaluation, greedy decoding
 
 The tier: single-bug BugFix tasks (HumanEval functions and the hand-written packages, one AST
 mutant each) whose prompt names the bug's line, as a traceback would (`hint_line`). On plain
@@ -132,13 +132,13 @@ def eval_base(c, tasks: int, out: str, argv: list[str]) -> None:
 
 def eval_checkpoints(c, items: list[str], tasks: int, out: str, argv: list[str]) -> None:
     """Only evaluate NAME=CHECKPOINTS_DIR policies on the same validation episodes, each paired
-    with the first (e.g. greedy decoding of SFT and RL policies: `--set rollout.temperature=0.0`)."""
+    with the first (e.g. greedy decoding of SFT and RL policies: `--config.rollout.temperature=0.0`)."""
     from composer_jax.rl.learner import mcnemar
     from composer_jax.rl.train import task_ids
 
     if not pathlib.Path(c.rl.tokenizer).is_file():
         raise SystemExit(f"--eval: rl.tokenizer={c.rl.tokenizer!r} is not a file; pass the policies' own, "
-                         "e.g. --set rl.tokenizer=WORKDIR/tokenizer.json")
+                         "e.g. --config.rl.tokenizer=WORKDIR/tokenizer.json")
     policies = {}
     for item in items:
         name, sep, directory = item.partition("=")
@@ -192,7 +192,7 @@ def pool_seeds(records: dict[str, dict]) -> dict:
 
 
 def main(argv=None):
-    from composer_jax.config_loading import apply_override, load_config
+    from composer_jax.config_loading import apply_override, load_config, split_overrides
 
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", default="runs/rl_bugfix")
@@ -207,8 +207,6 @@ def main(argv=None):
                    help="add N drills (environments/suites/drills.py) to the train split")
     p.add_argument("--rl_drill_source", choices=("functions", "methods"), default="functions",
                    help="where RL's drills come from (SFT's are always functions); needs --drills")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override the config, e.g. --set seed=1 or --set rl.steps=12 (repeatable)")
     p.add_argument("--eval_base", type=int, default=0, metavar="N",
                    help="only evaluate the config's rl.init_from policy (no SFT, no RL) on N validation tasks")
     p.add_argument("--eval", nargs="+", default=[], metavar="NAME=CHECKPOINTS_DIR",
@@ -216,19 +214,20 @@ def main(argv=None):
     p.add_argument("--pool", nargs="+", default=[], metavar="RESULT_JSON",
                    help="pool finished runs of different seeds into --out (nothing is trained)")
     p.add_argument("--out", default=str(RESULT))
-    args = p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)  # recorded whole in the results
+    rest, overrides = split_overrides(argv)
+    args = p.parse_args(rest)
     if args.drills < 0:
         p.error(f"--drills must be >= 0, got {args.drills}")
     if args.rl_drill_source != "functions" and not args.drills:
         p.error("--rl_drill_source needs --drills N (how many drills RL adds)")
-    argv = sys.argv[1:] if argv is None else list(argv)
     if args.pool:
         write_result(args.out, pool_seeds(rl_bench.read_records(args.pool, "--pool")))
         return
     c = load_config(args.config) if args.config else bench_config(args.quick)
     if args.drills:
         c.rl.suite_options = dict(c.rl.suite_options, drills=args.drills)
-    for item in args.set:
+    for item in overrides:
         apply_override(c, item)
     if args.eval_base:
         eval_base(c, args.eval_base, args.out, argv)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
 import time
 
 from benchmarks.common import write_result
@@ -52,15 +53,15 @@ def probe(c, directory: str, seqs, control: dict[str, int]) -> dict:
 
 
 def main(argv=None):
-    from composer_jax.config_loading import apply_override, load_config
+    from composer_jax.config_loading import apply_override, load_config, split_overrides
     from composer_jax.harness import special_tokens as st
 
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True)
     p.add_argument("--demos", type=int, default=16, help="demonstrations to probe on")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("policies", nargs="+", metavar="NAME=CHECKPOINTS_DIR")
     p.add_argument("--out", default="")
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
     if args.demos < 1:
         p.error(f"--demos must be >= 1, got {args.demos}")
@@ -72,7 +73,7 @@ def main(argv=None):
             p.error(f"{item!r}: expected a new NAME=CHECKPOINTS_DIR with an existing directory")
         policies[name] = directory
     c = load_config(args.config)
-    for item in args.set:
+    for item in overrides:
         apply_override(c, item)
     t = time.perf_counter()
     seqs, tok = demo_sequences(c, args.demos)

@@ -17,7 +17,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                          "'pipeline' or 'scaling'")
     c = ml_collections.ConfigDict()
     c.name = f"tiny{('_' + variant) if variant else ''}"
-    c.seed = 0
+    c.seed = 0  # the root seed: init, RL task order, rollout and evaluation keys (composer_jax/seeds.py)
 
     c.model = ml_collections.ConfigDict(
         dict(
@@ -105,7 +105,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             top_p=1.0,
             max_turns=30,
             prefill_buckets=(64, 256, 1024),  # padded prefill chunk lengths: one compile each
-            seed=0,
         )
     )
 
@@ -152,7 +151,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             eval_every=10,
             checkpoint_every=10,
             keep=3,
-            seed=0,
             loss=dict(name="ppo", clip_low=0.2, clip_high=0.28, gspo_clip_low=3e-4, gspo_clip_high=4e-4,
                       cispo_is_low=1.0, cispo_is_high=0.28, aggregation="token_mean", norm_constant=1024.0,
                       tis_cap=2.0, kl_coef=0.0, kl_estimator="k3", entropy_coef=0.0),

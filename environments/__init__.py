@@ -3,6 +3,7 @@
     composer/BugFix-v0       fix a planted bug in real code (HumanEval + hand-written repos)
     composer/Implement-v0    implement from signature + docstring (LeetCode train, HumanEval eval)
     composer/LongHorizon-v0  carry facts across context resets (chain of notes)
+    composer/Toy-v0          one turn, reward = "a" in the action (tests and benches of RL machinery)
 
 Create with `gymnasium.make(id, split=..., max_turns=..., backend=..., suite_options={...})`.
 """
@@ -17,3 +18,7 @@ ENV_IDS = {
 for _env_id, _suite in ENV_IDS.items():
     if _env_id not in gymnasium.registry:
         gymnasium.register(_env_id, entry_point="environments.coding_env:CodingEnv", kwargs={"suite": _suite})
+
+# The RL machinery's test env (fleet, async, schedulers): no sandbox, reward = 'a' in the action.
+if "composer/Toy-v0" not in gymnasium.registry:
+    gymnasium.register("composer/Toy-v0", entry_point="environments.toy:ToyEnv")

@@ -38,6 +38,7 @@ def main(argv) -> None:
     from composer_jax.errors import ConfigError
     from composer_jax.launch import cloud, stages
     from composer_jax.launch.report import write_report
+    from composer_jax.rl.config import validate
 
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -45,6 +46,7 @@ def main(argv) -> None:
     config = _CONFIG.value
     workdir = pathlib.Path(_WORKDIR.value or f"runs/{config.name}")
     try:
+        validate(config)
         if _MODE.value != "local":
             overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
             names = [s.name for s in stages.select(_STAGES.value, workdir)] if _STAGES.value else list(stages.STAGES)

@@ -1,7 +1,7 @@
-"""Config files and `--set KEY=VALUE` overrides."""
+"""Config files and `--config.KEY=VALUE` overrides."""
 import pytest
 
-from composer_jax.config_loading import apply_override, load_config
+from composer_jax.config_loading import apply_override, load_config, split_overrides
 from composer_jax.errors import ConfigError
 
 
@@ -18,7 +18,7 @@ def test_overrides_keep_the_type_of_the_key_they_replace():
 
 
 @pytest.mark.parametrize("item, message", [
-    ("rl.steps", "expected KEY=VALUE"),
+    ("rl.steps", "--config.rl.steps: expected --config.KEY=VALUE"),
     ("nosuch.steps=1", "no config section 'nosuch'"),
     ("rl.stepz=1", "no config key 'rl.stepz'"),
     ("rl.steps=many", "rl.steps holds a int"),
@@ -29,3 +29,36 @@ def test_bad_overrides_name_what_is_wrong_and_change_nothing(item, message):
     with pytest.raises(ConfigError, match=message):
         apply_override(c, item)
     assert c.to_json() == before
+
+
+def test_every_entry_point_takes_config_dot_overrides():
+    rest, overrides = split_overrides(["--workdir", "w", "--config.rl.steps=3", "--config.seed", "2", "--mode", "rl"])
+    assert rest == ["--workdir", "w", "--mode", "rl"] and overrides == ["rl.steps=3", "seed=2"]
+    c = load_config("configs/tiny.py:test", overrides)
+    assert c.rl.steps == 3 and c.seed == 2
+    with pytest.raises(ConfigError, match="--config.seed: expected --config.seed=VALUE"):
+        split_overrides(["--config.seed"])
+
+
+@pytest.mark.parametrize("block, key, value, message", [
+    ("rl", "grup_size", 4, r"rl.grup_size: unknown field"),
+    ("rl", "group_size", "four", r"rl.group_size='four': expected int"),
+    ("rl.loss", "klcoef", 0.1, r"rl.loss.klcoef: unknown field"),
+    ("rl.optim", "lr", "1e-4", r"rl.optim.lr='1e-4': expected float"),
+    ("sft.optim", "embed_lr_scal", 2.0, r"sft.optim.embed_lr_scal: unknown field"),
+    ("sft", "demos", True, r"sft.demos=True: expected int"),
+    ("fleet", "colour", 1, r"fleet.colour: unknown field"),
+    ("rollout", "windw", 1, r"rollout.windw: unknown field"),
+])
+def test_typed_blocks_reject_unknown_keys_and_wrong_types_naming_the_field(block, key, value, message):
+    from composer_jax.rl.config import validate
+
+    c = load_config("configs/tiny.py:test")
+    validate(c)  # the shipped config is valid
+    node = c
+    for name in block.split("."):
+        node = node[name]
+    with node.ignore_type():
+        node[key] = value
+    with pytest.raises(ConfigError, match=message):
+        validate(c)

@@ -8,7 +8,7 @@ import pytest
 
 from composer_jax.errors import ConfigError
 from composer_jax.fleet import FleetConfig, bandit
-from composer_jax.fleet.async_rl import run_rl
+from composer_jax.fleet.async_rl import run_schedule
 
 REWARDS = (0.0, 0.2, 1.0, 0.1)
 train = functools.partial(bandit.train_step, rewards=REWARDS)
@@ -21,7 +21,7 @@ def rollout(params, version, indices, latency_s=0.0):
 
 def run(mode, max_lag=0, steps=5, batch=8, roll=rollout, trainer=train, **cfg):
     fleet = FleetConfig(rl_mode=mode, max_lag=max_lag, **{"concurrency": 4, **cfg})
-    return run_rl(bandit.init_params(len(REWARDS)), roll, trainer, steps=steps, batch_size=batch, cfg=fleet)
+    return run_schedule(bandit.init_params(len(REWARDS)), roll, trainer, steps=steps, batch_size=batch, cfg=fleet)
 
 
 def test_async_with_zero_lag_equals_sync():
@@ -103,7 +103,7 @@ def test_snapshots_keep_in_place_updates_away_from_running_rollouts():
         return params, {}
 
     fleet = FleetConfig(rl_mode="async", max_lag=1, concurrency=4)
-    params, hist = run_rl(np.zeros(1), roll, in_place_train, steps=5, batch_size=4, cfg=fleet, snapshot=np.copy)
+    params, hist = run_schedule(np.zeros(1), roll, in_place_train, steps=5, batch_size=4, cfg=fleet, snapshot=np.copy)
     assert params[0] == 5 and len(hist) == 5
     assert all(v == before == after for v, before, after in seen), seen
     assert max(h["lag_max"] for h in hist) == 1  # rollouts did overlap updates
@@ -130,7 +130,7 @@ def test_a_stuck_producer_times_out_instead_of_hanging():
     start = time.perf_counter()
     with pytest.raises(TimeoutError, match="no batch for RL step 0"):
         try:
-            run_rl(bandit.init_params(4), roll, train, steps=2, batch_size=2, cfg=fleet, timeout_s=0.3)
+            run_schedule(bandit.init_params(4), roll, train, steps=2, batch_size=2, cfg=fleet, timeout_s=0.3)
         finally:
             release.set()
     assert time.perf_counter() - start < 5

@@ -10,7 +10,7 @@ from composer_jax.errors import ConfigError
 from composer_jax.fleet import FleetConfig
 from composer_jax.fleet.learner_bridge import run_learner
 from composer_jax.rl.learner import Learner, full_state
-from composer_jax.rl.replay import RunCursor
+from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.train import build
 from configs.tiny import get_config
 

@@ -137,7 +137,7 @@ def test_agent_loop_on_the_fleet_matches_local_envs_through_a_worker_kill(pool):
     from composer_jax.rl.agent import AgentLoop
     from composer_jax.rl.engine_host import RolloutEngine
     from composer_jax.rl.rollout_config import RolloutConfig
-    from composer_jax.rl.scripted import ExpertPolicy
+    from environments.scripted import ExpertPolicy
 
     rollout = RolloutConfig(window=3072, summary_budget=192, turn_budget=512, slots=2, max_segments=8,
                             max_turns=20, prefill_buckets=(64, 256))

@@ -34,6 +34,10 @@ def test_full_pipeline_writes_a_report_and_resumes(tmp_path):
         assert 0.0 <= suite["pass_rate"] <= 1.0 and suite["n"] == 1
     assert {"loss_curve.png", "reward_curve.png", "pass_rate_per_suite.png"} <= set(summary["plots"])
     assert "| midtrain |" in (report / "report.md").read_text()
+    gain = summary["rl"]  # the SFT policy (step 0) against the RL policy on the same episodes
+    assert gain["tasks"] == 2 and gain["after_step"] == 1 and 0.0 <= gain["mcnemar_p"] <= 1.0
+    assert all(isinstance(s["seconds"], float) for s in summary["stages"].values())
+    assert "McNemar p" in (report / "report.md").read_text()
 
     second = launch(tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]

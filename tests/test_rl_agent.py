@@ -19,7 +19,7 @@ from composer_jax.model import ModelConfig, Transformer
 from composer_jax.rl.agent import AgentLoop
 from composer_jax.rl.engine_host import RolloutEngine, TeacherForcedOnly
 from composer_jax.rl.rollout_config import RolloutConfig
-from composer_jax.rl.scripted import ExpertPolicy, NoteChainPolicy
+from environments.scripted import ExpertPolicy, NoteChainPolicy
 from composer_jax.rl.summarize import SpecialIds
 from composer_jax.rl.trajectory import SEGMENT_END_REASONS
 

@@ -24,7 +24,7 @@ def test_a_different_budget_is_refused_naming_the_file(field):
 
 
 def test_a_different_seed_is_refused_with_the_flag_to_pass():
-    with pytest.raises(SystemExit, match=r"b.json ran with seed 1.*--set seed=1"):
+    with pytest.raises(SystemExit, match=r"b.json ran with seed 1.*--config.seed=1"):
         check_combinable({"a.json": _record(seed=0), "b.json": _record(seed=1)}, seed=0)
 
 

@@ -105,9 +105,9 @@ def test_eval_checkpoints_pairs_every_policy_with_the_first(tmp_path, monkeypatc
     with pytest.raises(SystemExit, match="rl.tokenizer='' is not a file"):  # byte-level would run, garbled
         bench.main(["--quick", "--eval", f"sft={tmp_path / 'a'}", "--out", str(tmp_path / "bad.json")])
     (tmp_path / "tokenizer.json").write_text("{}")
-    tok = ["--set", f"rl.tokenizer={tmp_path / 'tokenizer.json'}"]
+    tok = [f"--config.rl.tokenizer={tmp_path / 'tokenizer.json'}"]
     out = tmp_path / "eval.json"
-    bench.main(["--quick", "--eval", f"sft={tmp_path / 'a'}", f"rl={tmp_path / 'b'}", "--set", "rollout.temperature=0.0",
+    bench.main(["--quick", "--eval", f"sft={tmp_path / 'a'}", f"rl={tmp_path / 'b'}", "--config.rollout.temperature=0.0",
                 *tok, "--out", str(out)])
     rec = json.loads(out.read_text())
     assert rec["temperature"] == 0.0 and rec["validation_tasks"] == 4 and rec["pass_rates"] == {"sft": 0.25, "rl": 0.75}

@@ -69,8 +69,8 @@ def test_model_judge_probability_and_combined_reward():
 
 
 def test_longhorizon_rubric_from_task():
-    from environments.suites.longhorizon import make_task
+    from environments.suites.longhorizon import LongHorizonSuite, make_task
     task = make_task("train", 2, 0, 0)
-    items = J.longhorizon_summary_rubric(task.metadata)
+    items = LongHorizonSuite().summary_rubric(task)  # the suite's hook (TaskSuite.summary_rubric)
     assert [i.kind for i in items] == ["essential", "important", "important", "pitfall"]
     assert "K-" in items[0].criterion and not math.isnan(J.aggregate(items, [True] * 3 + [False]))

@@ -11,7 +11,7 @@ from composer_jax.rl.train import run_rl
 from composer_jax.train.metrics import read_jsonl
 from configs.tiny import get_config
 
-TIMING = ("rollout_s", "grade_s", "learn_s", "step_s", "rollout_tokens_per_s", "learn_tokens_per_s")
+TIMING = ("rollout_s", "grade_s", "learn_s", "step_s", "wait_s", "train_s", "rollout_tokens_per_s", "learn_tokens_per_s")
 
 
 class _Suite:
@@ -99,7 +99,7 @@ def test_no_usable_groups_skips_the_update(tmp_path):
 
 def test_nonfinite_update_is_skipped_then_stops(runs, tmp_path):
     c = toy_config(1, recompute_old_logp=False, max_nonfinite=1)
-    from composer_jax.rl.replay import RunCursor
+    from composer_jax.rl.cursor import RunCursor
     from composer_jax.rl.train import build
     run = build(c, c.rl.optim)
     lrn = learner_lib.Learner(c.rl, run.model_cfg, run.graphdef, run.tx, run.loop, RunCursor(["x"], 0), mesh=run.mesh)
@@ -126,7 +126,7 @@ def test_negative_weight_outside_0_1_is_a_config_error(tmp_path):
 
 
 def test_at_negative_weight_0_only_runs_above_the_baseline_are_packed():
-    from composer_jax.rl.replay import RunCursor
+    from composer_jax.rl.cursor import RunCursor
     from composer_jax.rl.train import build
 
     c = toy_config(1, negative_weight=0.0)

@@ -1,6 +1,6 @@
 """RL step schedulers: synchronous on-policy, and asynchronous with a bounded policy lag.
 
-    params, history = run_rl(params, rollout_fn, train_fn, steps=10, batch_size=16, cfg=fleet_cfg)
+    params, history = run_schedule(params, rollout_fn, train_fn, steps=10, batch_size=16, cfg=fleet_cfg)
 
 rollout_fn(policy, version, indices) -> one datum per index: generates samples with `policy`
     (a snapshot of the params after `version` learner steps). A sample's randomness must come from its
@@ -48,17 +48,20 @@ class Sample:
 
 RolloutFn = Callable[[Any, int, Sequence[int]], Sequence[Any]]
 TrainFn = Callable[[Any, list[Sample]], tuple[Any, dict[str, float]]]
+OnStep = Callable[[int, Any, dict[str, float]], None]
 
 
-def run_rl(params, rollout_fn: RolloutFn, train_fn: TrainFn, *, steps: int, batch_size: int,
-           cfg: FleetConfig, snapshot: Callable[[Any], Any] = lambda p: p,
-           timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[Any, list[dict[str, float]]]:
-    """(final params, one metrics dict per step) in cfg.rl_mode."""
+def run_schedule(params, rollout_fn: RolloutFn, train_fn: TrainFn, *, steps: int, batch_size: int,
+                 cfg: FleetConfig, snapshot: Callable[[Any], Any] = lambda p: p,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, on_step: OnStep | None = None
+                 ) -> tuple[Any, list[dict[str, float]]]:
+    """(final params, one metrics dict per step) in cfg.rl_mode; `on_step(t, params, metrics)`
+    runs on the learner's thread after each step (logging: rollouts may be in flight)."""
     if batch_size % cfg.chunk_size:
         raise ConfigError(f"fleet.chunk_size={cfg.chunk_size} must divide the RL batch size {batch_size}")
     run = run_sync if cfg.rl_mode == "sync" else run_async
     return run(params, rollout_fn, train_fn, steps=steps, batch_size=batch_size, cfg=cfg, snapshot=snapshot,
-               timeout_s=timeout_s)
+               timeout_s=timeout_s, on_step=on_step or (lambda t, p, m: None))
 
 
 def lag_metrics(step: int, batch: Sequence[Sample]) -> dict[str, float]:
@@ -67,7 +70,8 @@ def lag_metrics(step: int, batch: Sequence[Sample]) -> dict[str, float]:
 
 
 def run_sync(params, rollout_fn: RolloutFn, train_fn: TrainFn, *, steps: int, batch_size: int,
-             cfg: FleetConfig, snapshot: Callable[[Any], Any], timeout_s: float) -> tuple[Any, list[dict[str, float]]]:
+             cfg: FleetConfig, snapshot: Callable[[Any], Any], timeout_s: float,
+             on_step: OnStep) -> tuple[Any, list[dict[str, float]]]:
     history = []
     pool = concurrent.futures.ThreadPoolExecutor(cfg.concurrency)
     try:
@@ -84,6 +88,7 @@ def run_sync(params, rollout_fn: RolloutFn, train_fn: TrainFn, *, steps: int, ba
             end = time.perf_counter()
             history.append({**metrics, **lag_metrics(t, batch), "dropped_stale": 0.0,
                             "wait_s": generated - start, "train_s": end - generated, "step_s": end - start})
+            on_step(t, params, history[-1])
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # a stuck rollout must not hold the caller
     return params, history
@@ -163,7 +168,8 @@ def _take_batch(stream: _Stream, t: int, timeout_s: float) -> tuple[list[Sample]
 
 
 def run_async(params, rollout_fn: RolloutFn, train_fn: TrainFn, *, steps: int, batch_size: int,
-              cfg: FleetConfig, snapshot: Callable[[Any], Any], timeout_s: float) -> tuple[Any, list[dict[str, float]]]:
+              cfg: FleetConfig, snapshot: Callable[[Any], Any], timeout_s: float,
+              on_step: OnStep) -> tuple[Any, list[dict[str, float]]]:
     stream = _Stream(snapshot(params), cfg, steps, batch_size)
     history = []
     pool = concurrent.futures.ThreadPoolExecutor(cfg.concurrency)
@@ -182,6 +188,7 @@ def run_async(params, rollout_fn: RolloutFn, train_fn: TrainFn, *, steps: int, b
                 stream.cond.notify_all()
             history.append({**metrics, **lag_metrics(t, batch), "dropped_stale": float(dropped),
                             "wait_s": taken - start, "train_s": end - taken, "step_s": end - start})
+            on_step(t, params, history[-1])
     finally:
         with stream.cond:
             stream.stopped = True

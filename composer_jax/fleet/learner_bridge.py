@@ -10,15 +10,16 @@ log-probs each token carries. The update donates its state, so the engine gets a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from composer_jax.errors import ConfigError
-from composer_jax.fleet.async_rl import Sample, run_rl
+from composer_jax.fleet.async_rl import Sample, run_schedule
 from composer_jax.fleet.config import FleetConfig
-from composer_jax.rl.learner import Learner, episode_stats, full_state
+from composer_jax.rl.learner import Learner, full_state
 
 
 def engine_snapshot(state) -> Any:
@@ -26,8 +27,10 @@ def engine_snapshot(state) -> Any:
     return jax.tree.map(jnp.copy, full_state(state))
 
 
-def run_learner(learner: Learner, state, *, steps: int, cfg: FleetConfig, first_step: int = 1):
-    """(final TrainState, metrics per step) for RL steps first_step .. first_step + steps - 1."""
+def run_learner(learner: Learner, state, *, steps: int, cfg: FleetConfig, first_step: int = 1,
+                on_step: Callable[[int, Any, dict], None] | None = None):
+    """(final TrainState, metrics per step) for RL steps first_step .. first_step + steps - 1;
+    `on_step(step, state, metrics)` after each. When it returns, no collect is in flight."""
     if cfg.rl_mode == "async" and not learner.cfg.recompute_old_logp:
         raise ConfigError("fleet.rl_mode='async' needs rl.recompute_old_logp=True: the truncated IS "
                           "weight min(exp(old - sampler), C) is what corrects a lagged sample")
@@ -36,22 +39,22 @@ def run_learner(learner: Learner, state, *, steps: int, cfg: FleetConfig, first_
         learner.loop.engine.set_params(policy)
         out = []
         for i in indices:
-            groups, episodes, counts, _ = learner.collect(first_step + i)  # Learner.step's seeding
-            out.append((groups, episodes, counts))
+            groups, episodes, counts, timing = learner.collect(first_step + i)  # Learner.step's seeding
+            out.append(((groups, episodes, counts), timing))
         return out
 
     def train(state, batch: list[Sample]):
-        groups, episodes, counts = batch[0].data
-        rows, packed = learner.batch_rows(groups)
-        counts = dict(counts, **packed)
-        metrics: dict[str, float] = {}
-        if rows.rows == 0:
-            counts["skipped_no_usable_groups"] = counts.get("skipped_no_usable_groups", 0) + 1
-        else:
-            state, metrics = learner.learn(state, rows)
-        learner.counts.update(counts)
-        return state, dict(episode_stats(episodes), **metrics, **{k: float(v) for k, v in counts.items()},
-                           usable_groups=float(len(groups)), rows=float(rows.rows))
+        collected, (t_roll, t_grade) = batch[0].data
+        result = learner.train_on(state, collected, t_roll, t_grade)
+        return result.state, result.metrics
+
+    def after(t: int, state, metrics: dict) -> None:
+        if on_step is not None:
+            on_step(first_step + t, state, metrics)
 
     one_at_a_time = dataclasses.replace(cfg, chunk_size=1, concurrency=1)
-    return run_rl(state, rollout, train, steps=steps, batch_size=1, cfg=one_at_a_time, snapshot=engine_snapshot)
+    # Sync: nothing updates while rollouts read the weights, so the engine may share the
+    # state's buffers; async: step t+1's rollouts read version t while step t's update donates it.
+    snapshot = engine_snapshot if cfg.rl_mode == "async" else full_state
+    return run_schedule(state, rollout, train, steps=steps, batch_size=1, cfg=one_at_a_time, snapshot=snapshot,
+                        on_step=after)

@@ -58,6 +58,23 @@ def scalar_metrics(record: dict) -> dict[str, float]:
     return flat
 
 
+def rl_gain(records: dict[str, dict]) -> dict | None:
+    """The RL stage's paired result: its first evaluation (the SFT policy, before any update)
+    against its last, on the same held-out episodes (same tasks, same sampling seed), with
+    the exact McNemar p-value."""
+    from composer_jax.rl.learner import mcnemar
+
+    evals = records.get("rl", {}).get("metrics", {}).get("evals", {})
+    steps = sorted(evals, key=int)
+    if len(steps) < 2 or "passed" not in evals[steps[0]] or "passed" not in evals[steps[-1]]:
+        return None
+    before, after = evals[steps[0]], evals[steps[-1]]
+    test = mcnemar(after["passed"], before["passed"])
+    return dict(before_pass_rate=before["pass_rate"], after_pass_rate=after["pass_rate"], tasks=before["n"],
+                after_step=int(steps[-1]), mcnemar_p=test["p_value"], only_after=test["only_a"],
+                only_before=test["only_b"])
+
+
 def write_report(workdir: pathlib.Path, records: dict[str, dict]) -> pathlib.Path:
     out = workdir / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -81,9 +98,15 @@ def write_report(workdir: pathlib.Path, records: dict[str, dict]) -> pathlib.Pat
         rows += ["", "| suite | tasks | pass rate | 95% CI |", "|---|---|---|---|"]
         rows += [f"| {s} | {e['tasks']} | {e['pass_rate']:.3f} | [{e['ci95_low']:.3f}, {e['ci95_high']:.3f}] |"
                  for s, e in evals.items()]
+    gain = rl_gain(records)
+    if gain:
+        rows += ["", f"RL on {gain['tasks']} held-out episodes (paired: same tasks and samples): pass rate "
+                 f"{gain['before_pass_rate']:.3f} before (the SFT policy) -> {gain['after_pass_rate']:.3f} after "
+                 f"{gain['after_step']} steps; passed only after {gain['only_after']}, only before "
+                 f"{gain['only_before']}, McNemar p = {gain['mcnemar_p']:.3g}"]
     images = "\n".join(f"![{p}]({p})" for p in plots if p)
     (out / "report.md").write_text("# Pipeline report\n\n" + "\n".join(rows) + "\n\n" + images + "\n")
     summary = dict(stages={n: dict(seconds=r.get("seconds"), metrics=r.get("metrics")) for n, r in records.items()},
-                   plots=[p for p in plots if p])
+                   rl=gain, plots=[p for p in plots if p])
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return out

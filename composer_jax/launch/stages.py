@@ -64,26 +64,9 @@ def _rl(config, workdir: pathlib.Path) -> dict:
 
 def _eval(config, workdir: pathlib.Path) -> dict:
     """The final policy on held-out validation tasks of every suite (one engine, one compile)."""
-    from composer_jax.rl.agent import AgentLoop
-    from composer_jax.rl.learner import evaluate
-    from composer_jax.rl.train import build, env_factory, task_ids
-    config = chained(config, workdir)
-    run = build(config, config.rl.optim, init_from=str(workdir / "rl" / "checkpoints"))
-    run.loop.close()
-    results = {}
-    for suite, env_id in config.pipeline.eval_suites.items():
-        rl_cfg = copy.deepcopy(config.rl)
-        with rl_cfg.unlocked():
-            rl_cfg.env_id = env_id
-            if env_id != "composer/LongHorizon-v0":
-                rl_cfg.suite_options = {}
-        loop = AgentLoop(run.engine, run.tokenizer, run.engine.rollout, env_factory(rl_cfg, "validation"))
-        try:
-            ids = task_ids(rl_cfg, "validation")[:int(config.pipeline.eval_tasks)]
-            results[suite] = evaluate(loop, ids, seed=int(config.seed) + 99)
-        finally:
-            loop.close()
-    return results
+    from composer_jax.rl.train import evaluate_policy
+    return evaluate_policy(chained(config, workdir), str(workdir / "rl" / "checkpoints"),
+                           dict(config.pipeline.eval_suites), int(config.pipeline.eval_tasks))
 
 
 STAGES: dict[str, Stage] = {

@@ -112,7 +112,7 @@ def folded_weights_fit(params: nnx.State, mesh: jax.sharding.Mesh,
     return per_device <= FOLDED_WEIGHTS_FRACTION * bytes_limit
 
 
-def state_shardings(state: engine.EngineState, mesh: jax.sharding.Mesh) -> engine.EngineState:
+def cache_shardings(state: engine.EngineState, mesh: jax.sharding.Mesh) -> engine.EngineState:
     def spec(*names):
         return NamedSharding(mesh, logical_to_spec(names))
 
@@ -177,7 +177,7 @@ class RolloutEngine:
             def pin(ins, outs):
                 return dict(in_shardings=ins, out_shardings=outs)
 
-            st, w = state_shardings(state, mesh), self._param_shardings
+            st, w = cache_shardings(state, mesh), self._param_shardings
             state, sampling = jax.device_put(state, st), jax.device_put(sampling, rep)
             decoded = engine.Decoded(tokens_sn=rows(None), logp_sn=rows(None), logp_sampler_sn=rows(None),
                                      experts_snlk=rows(None, None, None), n_s=rows(), stopped_s=rows())

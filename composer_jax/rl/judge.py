@@ -11,7 +11,6 @@ never hand out reward.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Sequence
 
@@ -136,17 +135,6 @@ class ModelJudge:
                 mass = p_yes + p_no
                 out.append(p_yes / mass if math.isfinite(mass) and mass >= self.min_mass else None)
         return out
-
-
-def longhorizon_summary_rubric(task_metadata: dict) -> list[RubricItem]:
-    """Did a summary keep what the run needs to continue: the key and the fragments found?"""
-    reference = json.loads(task_metadata["reference_files"])["config.py"]
-    key = reference.split("ACCESS_KEY = ")[1].split("\n")[0].strip("'\"")
-    fragments = reference.split("FRAGMENTS = ")[1].split("\n")[0].strip("'\"").split("-")
-    items = [RubricItem(f"Does the text state the access key {key}?", "essential")]
-    items += [RubricItem(f"Does the text mention the fragment `{f}`?", "important") for f in fragments]
-    items.append(RubricItem("Does the text invent an access key other than " + key + "?", "pitfall"))
-    return items
 
 
 def episode_summaries(ep: Episode, tokenizer) -> list[str]:

@@ -18,7 +18,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 
@@ -28,12 +27,13 @@ from composer_jax.rl import advantages as adv_lib
 from composer_jax.rl import judge as judge_lib
 from composer_jax.rl import segments
 from composer_jax.rl.agent import AgentLoop
+from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.engine import expert_shape
 from composer_jax.rl.losses import LossConfig, policy_loss
-from composer_jax.rl.replay import RunCursor
 from composer_jax.rl.trajectory import Episode
 from composer_jax.sharding import batch_sharding, logical_to_spec
 from composer_jax.train.step import TrainState, next_token_targets
+from composer_jax.train.update import jit_update, update
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -70,27 +70,15 @@ def rl_objective(params, buffers, graphdef, batch, loss_cfg: LossConfig, aux_wei
 
 
 def update_step(graphdef, tx, loss_cfg, aux_weights, temperature, replay, state: TrainState, batch):
-    """One optimiser step. The router balancing bias is frozen during RL: moving it between
-    rollout and update would change routing under the sampler's feet."""
-    grad_fn = jax.value_and_grad(rl_objective, has_aux=True)
-    (loss, metrics), grads = grad_fn(state.params, state.buffers, graphdef, batch, loss_cfg, aux_weights,
-                                     temperature, replay)
-    grad_norm = optax.global_norm(grads)
-    ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    grads = jax.tree.map(lambda g: jnp.where(ok, g, 0.0), grads)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
-    new = TrainState(state.step + ok.astype(jnp.int32), keep(params, state.params), state.buffers,
-                     keep(opt_state, state.opt_state))
-    metrics.update(grad_norm=grad_norm, skipped_nonfinite=(~ok).astype(jnp.int32))
-    return new, metrics
+    """One optimiser step (train/update.py). The router balancing bias is frozen during RL:
+    moving it between rollout and update would change routing under the sampler's feet."""
+    return update(lambda params, b: rl_objective(params, state.buffers, graphdef, b, loss_cfg, aux_weights,
+                                                 temperature, replay), tx, state, batch)
 
 
 def make_update(graphdef, tx, loss_cfg: LossConfig, aux_weights, temperature: float, replay: bool):
-    fn = lambda state, batch: update_step(graphdef, tx, loss_cfg, aux_weights, temperature, replay,
-                                          state, batch)
-    return jax.jit(fn, donate_argnums=0)
+    return jit_update(lambda state, batch: update_step(graphdef, tx, loss_cfg, aux_weights, temperature, replay,
+                                                       state, batch))
 
 
 def make_logp(graphdef, temperature: float, replay: bool):
@@ -135,7 +123,8 @@ class Learner:
     def __init__(self, rl_cfg, model_cfg: ModelConfig, graphdef, tx, loop: AgentLoop, cursor: RunCursor,
                  *, mesh=None, judge: judge_lib.Judge | None = None,
                  rubric_for: Callable[[str], list[judge_lib.RubricItem]] | None = None,
-                 ref_state: nnx.State | None = None, aux_weights=(0.0, 0.0)):
+                 ref_state: nnx.State | None = None, aux_weights=(0.0, 0.0), seed: int = 0):
+        self.seed = seed  # rollout keys: (seed, step, task position); rl.train derives it (seeds.py)
         self.cfg, self.model_cfg, self.loop, self.cursor, self.mesh = rl_cfg, model_cfg, loop, cursor, mesh
         self.loss_cfg = LossConfig.from_config(rl_cfg.loss)
         if not 0.0 <= float(rl_cfg.negative_weight) <= 1.0:
@@ -160,7 +149,7 @@ class Learner:
         task_ids = self.cursor.next_tasks(n_tasks)
         tasks = [{"options": {"task_id": t}} for t in task_ids for _ in range(g)]
         # Fresh sampling keys each step and round, fixed by (seed, step, position): deterministic.
-        self.loop.rollout = dataclasses.replace(self.loop.rollout, seed=int(self.cfg.seed) * 1_000_003
+        self.loop.rollout = dataclasses.replace(self.loop.rollout, seed=int(self.seed) * 1_000_003
                                                 + step * 1009 + self.cursor.position)
         t0 = time.perf_counter()
         episodes = self.loop.run(tasks)
@@ -256,29 +245,37 @@ class Learner:
         metrics["minibatches"] = len(history)
         return state, metrics
 
-    def step(self, step: int, state: TrainState) -> StepResult:
+    def train_on(self, state: TrainState, collected, rollout_s: float = 0.0, grade_s: float = 0.0) -> StepResult:
+        """The update on one collect's (groups, episodes, counts) and the step's metrics; the
+        engine keeps its weights (the caller hands it the new ones)."""
+        groups, episodes, counts = collected
         t0 = time.perf_counter()
-        groups, episodes, counts, (t_roll, t_grade) = self.collect(step)
         rows, c = self.batch_rows(groups)
-        counts.update(c)
-        t1 = time.perf_counter()
+        counts = Counter(counts) + Counter(c)
         if rows.rows == 0:
             counts["skipped_no_usable_groups"] += 1
             learn_metrics = {}
         else:
             state, learn_metrics = self.learn(state, rows)
-            self.loop.engine.set_params(full_state(state))
-        t_learn = time.perf_counter() - t1
-        wall = time.perf_counter() - t0
-        tokens = float(rows.loss_mask.sum())
-        metrics = dict(episode_stats(episodes), **learn_metrics, **{k: float(v) for k, v in counts.items()},
+        t_learn = time.perf_counter() - t0
+        stats = episode_stats(episodes)
+        metrics = dict(stats, **learn_metrics, **{k: float(v) for k, v in counts.items()},
                        usable_groups=len(groups), rows=rows.rows,
                        packing_efficiency=segments.packing_efficiency(rows),
-                       rollout_s=t_roll, grade_s=t_grade, learn_s=t_learn, step_s=wall,
-                       rollout_tokens_per_s=episode_stats(episodes)["generated_tokens"] / max(t_roll, 1e-9),
-                       learn_tokens_per_s=tokens / max(t_learn, 1e-9))
+                       rollout_s=rollout_s, grade_s=grade_s, learn_s=t_learn,
+                       step_s=rollout_s + grade_s + t_learn,
+                       rollout_tokens_per_s=stats["generated_tokens"] / max(rollout_s, 1e-9),
+                       learn_tokens_per_s=float(rows.loss_mask.sum()) / max(t_learn, 1e-9))
         self.counts.update(counts)
         return StepResult(state, metrics)
+
+    def step(self, step: int, state: TrainState) -> StepResult:
+        """Collect, update, and the new weights to the engine: one synchronous RL step."""
+        groups, episodes, counts, (t_roll, t_grade) = self.collect(step)
+        result = self.train_on(state, (groups, episodes, counts), t_roll, t_grade)
+        if result.metrics["rows"]:
+            self.loop.engine.set_params(full_state(result.state))
+        return result
 
 
 def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1,

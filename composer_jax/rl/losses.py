@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from composer_jax.errors import ConfigError
+from composer_jax.errors import ConfigError, check_field_types, reject_unknown_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +43,9 @@ class LossConfig:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> LossConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in dict(cfg).items() if k in known}
+        values = dict(cfg)
+        reject_unknown_fields(cls, values, "rl.loss")
+        check_field_types(cls, values, "rl.loss")
         out = cls(**values)
         if out.name not in LOSSES:
             raise ConfigError(f"rl.loss.name={out.name!r}: unknown; use one of {sorted(LOSSES)}")

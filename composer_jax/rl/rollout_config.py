@@ -20,7 +20,7 @@ class RolloutConfig:
     top_p: float = 1.0
     max_turns: int = 30  # assistant turns (tool calls) per episode, summaries not counted
     prefill_buckets: tuple[int, ...] = (64, 256, 1024)  # padded chunk lengths (one compile each)
-    seed: int = 0
+    seed: int = 0  # sampling keys; set per call by the learner and evaluate (composer_jax/seeds.py)
 
     @classmethod
     def from_config(cls, rollout_config: Mapping[str, Any]) -> RolloutConfig:

@@ -1,7 +1,7 @@
 """SFT on scripted-expert demonstrations: the bridge from the mid-trained model to RL.
 
 Demonstrations are episodes of a scripted policy played through the real agent loop in
-teacher-forced mode (rl/scripted.py), so they carry exactly the token layout RL will see,
+teacher-forced mode (environments/scripted.py, chosen by each suite), so they carry exactly the token layout RL will see,
 context resets and summaries included; expert transcripts (environments/experts.py) convert
 too. Both pack into the RL learner's rows (rl/segments.py) and train with cross-entropy on the
 policy's tokens only (assistant actions and summaries; prompts and observations masked).
@@ -13,15 +13,14 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from composer_jax.harness.protocol import encode_conversation
 from composer_jax.rl import segments
 from composer_jax.rl.learner import learner_logp
 from composer_jax.rl.trajectory import Episode
-from composer_jax.train.optim import scale_vocab_updates
 from composer_jax.train.step import TrainState
+from composer_jax.train.update import jit_update, update
 
 
 def demo_sequences(episodes: Sequence[Episode], *, successful_only: bool = True) -> list[segments.TrainSeq]:
@@ -52,15 +51,12 @@ def sft_loss(params, buffers, graphdef, batch):
 
 
 def sft_step(graphdef, tx, state: TrainState, batch, embed_lr_scale: float = 1.0):
-    (_, metrics), grads = jax.value_and_grad(sft_loss, has_aux=True)(state.params, state.buffers, graphdef, batch)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, scale_vocab_updates(updates, embed_lr_scale))
-    metrics["grad_norm"] = optax.global_norm(grads)
-    return TrainState(state.step + 1, params, state.buffers, opt_state), metrics
+    return update(lambda params, b: sft_loss(params, state.buffers, graphdef, b), tx, state, batch,
+                  embed_lr_scale=embed_lr_scale)
 
 
 def make_sft_step(graphdef, tx, embed_lr_scale: float = 1.0):
-    return jax.jit(lambda state, batch: sft_step(graphdef, tx, state, batch, embed_lr_scale), donate_argnums=0)
+    return jit_update(lambda state, batch: sft_step(graphdef, tx, state, batch, embed_lr_scale))
 
 
 def train_sft(state: TrainState, graphdef, tx, seqs: Sequence[segments.TrainSeq], *, row_len: int,

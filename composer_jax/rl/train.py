@@ -1,78 +1,55 @@
 """RL (and its SFT warm start) from the command line.
 
     python -m composer_jax.rl.train --config configs/tiny.py:test --workdir runs/rl [--mode sft|rl] \
-        [--set rl.steps=40 --set rl.optim.steps=40 ...]
+        [--config.rl.steps=40 --config.rl.optim.steps=40 ...] \
+        [--config.fleet.backend=ray --config.fleet.rl_mode=async]
 
 `--mode sft` trains on scripted-expert demonstrations and checkpoints to WORKDIR/checkpoints;
 `--mode rl` starts from `rl.init_from` (a checkpoints directory, e.g. an SFT run's) or a fresh
 model, and resumes exactly from WORKDIR/checkpoints when it holds one (params, optimiser, RNG,
 task cursor and buffered rollouts). Metrics go to WORKDIR/metrics.jsonl, TensorBoard and the
-console.
+console. Envs (demonstrations, rollouts, evaluations) run on `fleet.backend` (rl/envs.py);
+`fleet.rl_mode="async"` generates step t+1's rollouts while step t's update runs
+(fleet/learner_bridge.py). Seeds derive from the root `seed` (composer_jax/seeds.py).
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import dataclasses
 import pathlib
 import pickle
+import sys
 import time
 
-import gymnasium as gym
 import jax
 import numpy as np
 from flax import nnx
 
 from composer_jax.checkpoints import store
-from composer_jax.config_loading import apply_override, load_config
+from composer_jax.config_loading import apply_override, load_config, split_overrides
 from composer_jax.data.tokenizer import Tokenizer
 from composer_jax.errors import ConfigError
+from composer_jax.fleet import FleetConfig, FleetUnavailableError
+from composer_jax.fleet.learner_bridge import run_learner
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.create import abstract_model, create_sharded
 from composer_jax.rl import judge as judge_lib
 from composer_jax.rl import sft
 from composer_jax.rl.agent import AgentLoop
+from composer_jax.rl.config import validate
+from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.engine_host import RolloutEngine, TeacherForcedOnly
+from composer_jax.rl.envs import RunEnvs, local_factory, task_ids
 from composer_jax.rl.learner import Learner, evaluate, full_state
-from composer_jax.rl.replay import RunCursor
 from composer_jax.rl.rollout_config import RolloutConfig
-from composer_jax.rl.scripted import ExpertPolicy, NoteChainPolicy
+from composer_jax.seeds import seeds
 from composer_jax.sharding import make_mesh
 from composer_jax.train.checkpoint import Checkpointer, abstract_train_state
 from composer_jax.train.metrics import MetricsWriter
 from composer_jax.train.optim import make_optimizer
 from composer_jax.train.step import create_train_state
-
-
-class SystemPrompt(gym.Wrapper):
-    """Replace the env's system prompt (a tiny window cannot hold the full tool manual)."""
-
-    def __init__(self, env, text: str):
-        super().__init__(env)
-        self.text = text
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        return obs, dict(info, system_prompt=self.text)
-
-
-def env_factory(rl_cfg, split: str | None = None):
-    import environments  # noqa: F401 - registers the envs
-
-    def make():
-        extra = dict(reward_mode=rl_cfg.reward_mode) if rl_cfg.get("reward_mode") else {}
-        env = gym.make(rl_cfg.env_id, split=split or "train", max_turns=int(rl_cfg.env_max_turns),
-                       suite_options=dict(rl_cfg.suite_options), **extra)
-        return SystemPrompt(env, rl_cfg.system_prompt) if rl_cfg.system_prompt else env
-    return make
-
-
-def task_ids(rl_cfg, split: str) -> list[str]:
-    env = env_factory(rl_cfg, split)()
-    try:
-        return env.unwrapped.suite.task_ids(split)
-    finally:
-        env.close()
 
 
 def rollout_config(config, **overrides) -> RolloutConfig:
@@ -92,38 +69,47 @@ class Run:
     mesh: jax.sharding.Mesh
     tokenizer: Tokenizer
     graphdef: nnx.GraphDef
-    tx: object
-    state: object  # TrainState
+    tx: object  # None for a policy that is only evaluated
+    state: object  # TrainState; None for a policy that is only evaluated
     engine: RolloutEngine | None
     loop: AgentLoop | None
 
 
-def build(config, optim_cfg, *, init_from: str = "", make_policy=None, engine: bool = True) -> Run:
+def build(config, optim_cfg, *, init_from: str = "", make_policy=None, engine: bool = True,
+          make_env=None) -> Run:
     """Model (fresh, or the params of the newest checkpoint under `init_from`), a fresh
-    optimiser state and, with `engine`, the rollout engine and the agent loop (SFT needs neither:
-    the engine's KV cache alone is 8 GB for the Qwen bugfix config's 64 slots)."""
+    optimiser state (none when `optim_cfg` is None: a policy that is only evaluated never
+    holds moments, twice the params) and, with `engine`, the rollout engine and the agent loop
+    over `make_env` (default: local envs of rl.env_id). SFT needs no engine: its KV cache alone
+    is 8 GB for the Qwen bugfix config's 64 slots."""
     model_cfg = ModelConfig.from_config(config.model)
     mesh = make_mesh(config.mesh)
     tok = load_tokenizer(config.rl)
-    tx = make_optimizer(optim_cfg)
+    tx = make_optimizer(optim_cfg) if optim_cfg is not None else None
     if init_from:  # no random init to overwrite: its compile alone took 157 s for Qwen-0.5B on a GPU
         graphdef, _ = abstract_model(model_cfg)
         with jax.set_mesh(mesh):
-            state, _ = create_train_state(load_params(config, init_from, model_cfg, mesh, tx), tx)
+            params = load_params(config, init_from, model_cfg, mesh, tx)
     else:
         graphdef, params = create_sharded(model_cfg, mesh, config.seed)
-        state, _ = create_train_state(params, tx)
+    state = None
+    if tx is not None:
+        with jax.set_mesh(mesh):
+            state, _ = create_train_state(params, tx)
+        params = full_state(state)
     if not engine:
         return Run(config, model_cfg, mesh, tok, graphdef, tx, state, None, None)
-    rollout_engine = RolloutEngine(graphdef, full_state(state), model_cfg, rollout_config(config),
+    rollout_engine = RolloutEngine(graphdef, params, model_cfg, rollout_config(config),
                                    valid_vocab=tok.vocab_size, mesh=mesh)
-    loop = AgentLoop(rollout_engine, tok, rollout_engine.rollout, env_factory(config.rl), make_policy=make_policy)
+    loop = AgentLoop(rollout_engine, tok, rollout_engine.rollout, make_env or local_factory(config.rl),
+                     make_policy=make_policy)
     return Run(config, model_cfg, mesh, tok, graphdef, tx, state, rollout_engine, loop)
 
 
 def load_params(config, directory: str, model_cfg, mesh, tx) -> nnx.State:
     """The params under `directory`: a checkpoints directory of this codebase, or an imported
-    pretrained model (`model.json` + `params/`, e.g. from checkpoints.qwen_setup)."""
+    pretrained model (`model.json` + `params/`, e.g. from checkpoints.qwen_setup). `tx` (default:
+    rl.optim's) gives the saved optimiser state's structure; only the params are kept."""
     if (pathlib.Path(directory) / "model.json").is_file():
         imported_cfg = store.load_model_config(directory)
         if store.shapes(imported_cfg) != store.shapes(model_cfg):
@@ -131,6 +117,7 @@ def load_params(config, directory: str, model_cfg, mesh, tx) -> nnx.State:
                               f"{store.shapes(imported_cfg)} vs {store.shapes(model_cfg)}")
         return store.load_imported(directory, mesh).state
     ckpt = Checkpointer(directory, config, keep=1, async_save=False)
+    tx = tx if tx is not None else make_optimizer(config.rl.optim)
     restored = ckpt.restore_latest(abstract_train_state(model_cfg, mesh, tx))
     ckpt.close()
     if restored is None:
@@ -138,25 +125,34 @@ def load_params(config, directory: str, model_cfg, mesh, tx) -> nnx.State:
     return full_state(restored.train_state)
 
 
+def local_suite(rl_cfg):
+    """The task suite behind rl.env_id, built in this process (cached on disk)."""
+    env = local_factory(rl_cfg)()
+    try:
+        return env.unwrapped.suite
+    finally:
+        env.close()
+
+
 def summary_judge(config, run: Run):
     """(judge, rubric_for) when rl.reward_judge > 0: the checkpoint under rl.judge_from scores
-    LongHorizon summaries for keeping the key and fragments."""
+    summaries against the suite's rubric (`TaskSuite.summary_rubric`)."""
     r = config.rl
     if not r.reward_judge:
         return None, None
-    if r.env_id != "composer/LongHorizon-v0" or not r.judge_from:
-        raise ConfigError("rl.reward_judge > 0 needs rl.judge_from (a checkpoints directory) and the "
-                          "LongHorizon env (the only one with a summary rubric)")
+    suite = local_suite(r)
+    if not r.judge_from or suite.summary_rubric(suite.get(task_ids(r, "train")[0])) is None:
+        raise ConfigError(f"rl.reward_judge={r.reward_judge} needs rl.judge_from (a checkpoints directory) "
+                          f"and a suite with a summary rubric ({suite.name} has none)")
     state = load_params(config, r.judge_from, run.model_cfg, run.mesh, run.tx)
     judge = judge_lib.ModelJudge(run.graphdef, state, run.tokenizer, max_len=int(r.row_len))
-    suite = env_factory(r)().unwrapped.suite
-    return judge, lambda task_id: judge_lib.longhorizon_summary_rubric(suite.get(task_id).metadata)
+    return judge, lambda task_id: suite.summary_rubric(suite.get(task_id))
 
 
 def demo_policy(rl_cfg):
-    if rl_cfg.env_id == "composer/LongHorizon-v0":
-        return lambda env: NoteChainPolicy(env)
-    return lambda env: ExpertPolicy(env)
+    """The suite's scripted expert (`TaskSuite.scripted_policy`), for any env of that suite
+    (a local one or a fleet RemoteEnv: both expose `unwrapped.task`)."""
+    return local_suite(rl_cfg).scripted_policy
 
 
 def train_and_save_sft(config, run: Run, seqs, ids: list[str], workdir: pathlib.Path, log=print) -> list[dict]:
@@ -166,24 +162,26 @@ def train_and_save_sft(config, run: Run, seqs, ids: list[str], workdir: pathlib.
     with jax.set_mesh(run.mesh):
         state, history = sft.train_sft(
             run.state, run.graphdef, run.tx, seqs, row_len=int(config.rl.row_len), batch_rows=int(s.batch_rows),
-            steps=int(s.optim.steps), seed=config.seed, embed_lr_scale=float(s.optim.get("embed_lr_scale", 1.0)),
+            steps=int(s.optim.steps), seed=seeds(config).sft,
+            embed_lr_scale=float(s.optim.get("embed_lr_scale", 1.0)),
             log=lambda step, m: (writer.write(step + 1, "sft", m),
                                  log(f"sft {step + 1}: loss {m['loss']:.4f}") if (step + 1) % 50 == 0 else None))
     ckpt = Checkpointer(workdir / "checkpoints", config, keep=1, async_save=False)
-    ckpt.save(int(s.optim.steps), state, jax.random.key(config.seed), RunCursor(ids, config.seed))
+    ckpt.save(int(s.optim.steps), state, jax.random.key(config.seed), RunCursor(ids, seeds(config).rl_tasks))
     ckpt.wait()
     ckpt.close()
     writer.close()
     return history
 
 
-def demonstrations(config, ids: list[str]) -> list:
-    """The scripted expert's episode on each task through the real harness and environments,
-    tokenised as the policy would see them; no model runs (TeacherForcedOnly)."""
+def demonstrations(config, ids: list[str], make_env=None) -> list:
+    """The scripted expert's episode on each task through the real harness and environments
+    (`make_env`: default local envs of rl.env_id), tokenised as the policy would see them; no
+    model runs (TeacherForcedOnly)."""
     model_cfg = ModelConfig.from_config(config.model)
     rollout = rollout_config(config)
     loop = AgentLoop(TeacherForcedOnly(model_cfg, rollout), load_tokenizer(config.rl), rollout,
-                     env_factory(config.rl), make_policy=demo_policy(config.rl))
+                     make_env or local_factory(config.rl), make_policy=demo_policy(config.rl))
     try:
         return loop.run([{"options": {"task_id": t}} for t in ids], progress="demonstrations")
     finally:
@@ -196,6 +194,7 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
     tasks) from `init_from` (default `sft.init_from`). `demos_cache`: a file holding the
     demonstration sequences, written on first use and read after (each demonstration runs the
     hidden tests in the sandbox)."""
+    validate(config)
     s = config.sft
     ids = list(ids) if ids is not None else task_ids(config.rl, "train")[:int(s.demos)]
     init_from = s.init_from if init_from is None else init_from
@@ -203,7 +202,8 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
     if demos_cache is not None and demos_cache.exists():
         seqs, demo_pass = pickle.loads(demos_cache.read_bytes())
     else:
-        demos = demonstrations(config, ids)
+        with RunEnvs(config) as envs:
+            demos = demonstrations(config, ids, envs.factory(config.rl, "train"))
         seqs, demo_pass = sft.demo_sequences(demos), float(np.mean([d.reward >= 1 for d in demos]))
         if not seqs:
             raise RuntimeError(f"none of {len(demos)} demonstrations succeeded (end reasons: "
@@ -229,17 +229,36 @@ def step_line(step: int, metrics: dict) -> str:
             f"groups {metrics['usable_groups']} seg/ep {metrics['segments_per_episode']:.2f} "
             f"sum_len {metrics['summary_len']:.1f} kl {metrics.get('kl_sampler_learner_k3', 0):.2e} "
             f"rollout {metrics['rollout_s']:.1f}s learn {metrics['learn_s']:.1f}s ends [{ends}]")
+    if metrics.get("lag_max"):
+        line += f" lag {metrics['lag_max']:.0f} wait {metrics['wait_s']:.1f}s"
     if metrics.get("skipped_no_usable_groups"):
         line += " - nothing trained: no usable group"
     return line
 
 
+def boundaries(start: int, steps: int, every: list[int]) -> list[int]:
+    """The steps after `start` at which the run checkpoints or evaluates (and its last step):
+    the learner runs between them, so nothing is in flight when they happen."""
+    return [t for t in range(start + 1, steps + 1) if t == steps or any(e and t % e == 0 for e in every)]
+
+
 def run_rl(config, workdir: pathlib.Path, log=print, eval_ids: list[str] | None = None) -> dict:
     """Train `rl.steps` steps (resuming from WORKDIR/checkpoints); returns the last metrics and
     the evaluations (before training, every `rl.eval_every` steps, at the end)."""
+    validate(config)
     r = config.rl
-    run = build(config, r.optim, init_from=r.init_from)
-    cursor = RunCursor(task_ids(r, "train"), config.seed)
+    fleet = FleetConfig.from_config(config.fleet)
+    with RunEnvs(config) as envs:  # a missing Ray extra or a dead fleet.address fails before the model is built
+        run = build(config, r.optim, init_from=r.init_from, make_env=envs.factory(r, "train"))
+        try:
+            return _train_rl(config, fleet, run, workdir, log, eval_ids)
+        finally:
+            run.loop.close()
+
+
+def _train_rl(config, fleet: FleetConfig, run: Run, workdir: pathlib.Path, log, eval_ids) -> dict:
+    r, seed = config.rl, seeds(config)
+    cursor = RunCursor(task_ids(r, "train"), seed.rl_tasks)
     ckpt = Checkpointer(workdir / "checkpoints", config, keep=int(r.keep), async_save=False)
     restored = ckpt.restore_latest(abstract_train_state(run.model_cfg, run.mesh, run.tx), cursor)
     state, start = run.state, 0
@@ -249,38 +268,70 @@ def run_rl(config, workdir: pathlib.Path, log=print, eval_ids: list[str] | None 
     ref = jax.tree.map(lambda x: x.copy(), full_state(state)) if r.loss.kl_coef > 0 else None
     judge, rubric_for = summary_judge(config, run)
     learner = Learner(r, run.model_cfg, run.graphdef, run.tx, run.loop, cursor, mesh=run.mesh, ref_state=ref,
-                      judge=judge, rubric_for=rubric_for,
+                      judge=judge, rubric_for=rubric_for, seed=seed.rl_rollouts,
                       aux_weights=(float(config.train.load_balance_weight), float(config.train.router_z_weight)))
     eval_ids = eval_ids if eval_ids is not None else task_ids(r, r.eval_split)[:int(r.eval_tasks)]
     writer = MetricsWriter(workdir, resume_step=start)
-    evals, metrics = {}, {}
+    evals, last = {}, {}
 
     def run_eval(step):
-        ev = evaluate(run.loop, eval_ids, seed=int(config.seed) + 7_777_777, samples=int(r.eval_samples))
+        ev = evaluate(run.loop, eval_ids, seed=seed.eval, samples=int(r.eval_samples), outcomes=True)
         evals[step] = ev
-        writer.write(step, "eval", ev)
+        writer.write(step, "eval", {k: v for k, v in ev.items() if k != "passed"})
         log(f"eval @ {step}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.3f}, {ev['ci95_high']:.3f}] "
             f"n={ev['n']} summary_len {ev['summary_len']:.1f}")
 
+    def on_step(step, _state, metrics):
+        last.update(metrics)
+        writer.write(step, "train", metrics)
+        log(step_line(step, metrics))
+
+    eval_every = int(r.eval_every) if r.eval_tasks else 0
     try:
         with jax.set_mesh(run.mesh):
             if start == 0 and r.eval_tasks:
                 run_eval(0)
-            for step in range(start + 1, int(r.steps) + 1):
-                result = learner.step(step, state)
-                state, metrics = result.state, result.metrics
-                writer.write(step, "train", metrics)
-                log(step_line(step, metrics))
-                if step % int(r.checkpoint_every) == 0 or step == int(r.steps):
-                    ckpt.save(step, state, jax.random.key(config.seed), cursor)
-                if r.eval_tasks and (step % int(r.eval_every) == 0 or step == int(r.steps)):
-                    run_eval(step)
+            for end in boundaries(start, int(r.steps), [int(r.checkpoint_every), eval_every]):
+                last.clear()
+                state, _ = run_learner(learner, state, steps=end - start, cfg=fleet, first_step=start + 1,
+                                       on_step=on_step)
+                run.engine.set_params(full_state(state))
+                if end % int(r.checkpoint_every) == 0 or end == int(r.steps):
+                    ckpt.save(end, state, jax.random.key(config.seed), cursor)
+                if r.eval_tasks and (end % eval_every == 0 or end == int(r.steps)):
+                    run_eval(end)
+                start = end
     finally:
         ckpt.wait()
         ckpt.close()
         writer.close()
+    return dict(metrics=dict(last), evals=evals, counts=dict(learner.counts), state=state)
+
+
+def evaluate_policy(config, init_from: str, suites: dict[str, str], tasks: int, log=print) -> dict:
+    """The policy under `init_from` on the first `tasks` validation tasks of each suite
+    (name -> env id): one engine, no optimiser state, envs on fleet.backend, and the same
+    evaluation seed as rl.train's evaluations (so the two pair). rl.suite_options apply to
+    rl.env_id's suite only."""
+    with RunEnvs(config) as envs:
+        run = build(config, None, init_from=init_from)
         run.loop.close()
-    return dict(metrics=metrics, evals=evals, counts=dict(learner.counts), state=state)
+        results = {}
+        for name, env_id in suites.items():
+            rl_cfg = copy.deepcopy(config.rl)
+            with rl_cfg.unlocked():
+                rl_cfg.env_id = env_id
+                if env_id != config.rl.env_id:
+                    rl_cfg.suite_options = {}
+            loop = AgentLoop(run.engine, run.tokenizer, run.engine.rollout, envs.factory(rl_cfg, "validation"))
+            try:
+                ids = task_ids(rl_cfg, "validation")[:int(tasks)]
+                with jax.set_mesh(run.mesh):
+                    results[name] = evaluate(loop, ids, seed=seeds(config).eval, outcomes=True)
+            finally:
+                loop.close()
+            log(f"eval {name}: {sum(results[name]['passed'])}/{results[name]['n']} passed")
+    return results
 
 
 def main(argv=None):
@@ -288,17 +339,20 @@ def main(argv=None):
     p.add_argument("--config", required=True)
     p.add_argument("--workdir", required=True)
     p.add_argument("--mode", choices=("sft", "rl"), default="rl")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override the config, e.g. --set rl.init_from=runs/sft/checkpoints (repeatable)")
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
     config = load_config(args.config)
     try:
-        for item in args.set:
+        for item in overrides:
             apply_override(config, item)
+        validate(config)
     except ConfigError as e:
         p.error(str(e))
     workdir = pathlib.Path(args.workdir)
-    out = run_sft(config, workdir) if args.mode == "sft" else run_rl(config, workdir)
+    try:
+        out = run_sft(config, workdir) if args.mode == "sft" else run_rl(config, workdir)
+    except (ConfigError, FleetUnavailableError) as e:  # the field or address named, no traceback
+        raise SystemExit(f"error: {e}") from None
     print({k: v for k, v in out.items() if k != "state"})
 
 

@@ -2,7 +2,7 @@
 
   python -m composer_jax.tools.plan --config configs/kimi_k2_5.py --slice v5p-1024
   python -m composer_jax.tools.plan --config configs/kimi_k2_5.py --slice v5p-1024 \
-      --set data.seq_len=4096 --set train.grad_accum=2
+      --config.data.seq_len=4096 --config.train.grad_accum=2
 
 Memory per chip is the peak of the compiled train step, term by term:
   * training state: float32 params, grads and AdamW moments, each variable split as the
@@ -53,7 +53,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from composer_jax.config_loading import apply_override, load_config
+from composer_jax.config_loading import apply_override, load_config, split_overrides
 from composer_jax.errors import ConfigError
 from composer_jax.model import ModelConfig, init_cache
 from composer_jax.model.create import abstract_model
@@ -423,12 +423,11 @@ def main(argv=None) -> int:
     parser.add_argument("--config", required=True, help="path/to/config.py[:variant]")
     parser.add_argument("--slice", required=True, help="e.g. v5p-1024, v6e-256, h100-8, cpu-64")
     parser.add_argument("--mfu", type=float, default=0.35, help="assumed model FLOPs utilisation")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value (repeatable), e.g. --set data.seq_len=4096")
+    argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
-        for item in args.set:
+        for item in overrides:
             apply_override(config, item)
         p = plan(config, parse_slice(args.slice), args.mfu)
     except ConfigError as e:

@@ -3,7 +3,9 @@
 One process, one pass: resume from the newest good checkpoint in `workdir/checkpoints` (or
 initialise), train to `train.steps`, validate every `train.eval_every` steps, checkpoint every
 `checkpoint.every` steps, at the end, and on SIGTERM/SIGINT. A non-finite loss, gradient or
-parameter stops the run before the bad state can be saved.
+parameter stops the run before the bad state can be saved. Metrics are read one step late (the
+device computes step t+1 while the host logs step t, as nanodo does); a step that is evaluated
+or checkpointed is read first.
 """
 from __future__ import annotations
 
@@ -177,36 +179,52 @@ def _train(config, workdir: pathlib.Path, data_dir, progress: bool, stop: dict) 
     metrics, eval_metrics, result = {}, None, None
     bar = tqdm.tqdm(total=tcfg.steps, initial=start, desc="midtrain", unit="step",
                     disable=not progress, dynamic_ncols=True)
+    clock = {"last": time.perf_counter()}
+
+    def finish(step: int, device_metrics, digest: str) -> dict:
+        """Read a dispatched step's metrics (the device has moved on to the next step), log them
+        and stop on a non-finite one."""
+        out = {k: v.item() for k, v in jax.device_get(device_metrics).items()}
+        now = time.perf_counter()
+        dt, clock["last"] = now - clock["last"], now
+        # The first step after start-up includes compilation: no throughput for it.
+        timing = None
+        if step > start + 1:
+            tps = tokens_per_step / dt
+            timing = (tps, mfu(tps, flops_per_token, peak, mesh.size))
+        is_log = step % tcfg.log_every == 0 or step == tcfg.steps
+        writer.write(step, "train", step_record(out, digest, timing), tensorboard=is_log)
+        check_finite(step, out, last_checkpoint)
+        bar.update(1)
+        if is_log:
+            # Capacity drops are shown whenever they happen, never only in the JSONL.
+            drop = out.get("dropped_fraction", 0.0)
+            bar.set_postfix(loss=f"{out['loss']:.3f}", lr=f"{out['lr']:.2e}",
+                            tok_s=f"{timing[0]:.0f}" if timing else "-",
+                            **({"dropped": f"{drop:.2%}"} if drop > 0 else {}))
+        return out
+
+    pending = None  # (step, device metrics, batch digest): read once the next step is dispatched
     try:
         with jax.set_mesh(mesh):
             for step in range(start + 1, tcfg.steps + 1):
-                t0 = time.perf_counter()
                 host_batch = next(train_iter)
-                state, metrics = train_step(state, to_device(host_batch, bsh))
-                metrics = {k: v.item() for k, v in jax.device_get(metrics).items()}
-                dt = time.perf_counter() - t0
-                # The first step after start-up includes compilation: no throughput for it.
-                timing = None
-                if step > start + 1:
-                    tps = tokens_per_step / dt
-                    timing = (tps, mfu(tps, flops_per_token, peak, mesh.size))
-                record = step_record(metrics, batch_digest(host_batch), timing)
-                is_log = step % tcfg.log_every == 0 or step == tcfg.steps
-                writer.write(step, "train", record, tensorboard=is_log)
-                check_finite(step, metrics, last_checkpoint)
-                bar.update(1)
-                if is_log:
-                    # Capacity drops are shown whenever they happen, never only in the JSONL.
-                    drop = metrics.get("dropped_fraction", 0.0)
-                    bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['lr']:.2e}",
-                                    tok_s=f"{timing[0]:.0f}" if timing else "-",
-                                    **({"dropped": f"{drop:.2%}"} if drop > 0 else {}))
-                if step % tcfg.eval_every == 0 or step == tcfg.steps:
+                state, device_metrics = train_step(state, to_device(host_batch, bsh))
+                if pending is not None:
+                    metrics = finish(*pending)
+                pending = (step, device_metrics, batch_digest(host_batch))
+                is_eval = step % tcfg.eval_every == 0 or step == tcfg.steps
+                is_save = step % ccfg.every == 0 or step == tcfg.steps or stop["signal"] is not None
+                if not (is_eval or is_save):
+                    continue
+                # This state is evaluated or saved only after its own metrics are read and finite.
+                metrics, pending = finish(*pending), None
+                if is_eval:
                     eval_metrics = evaluate(eval_step, state, val)
                     writer.write(step, "eval", eval_metrics)
                     bar.write(f"step {step}: val loss {eval_metrics['loss']:.4f} "
                               f"ppl {eval_metrics['perplexity']:.2f}")
-                if step % ccfg.every == 0 or step == tcfg.steps or stop["signal"] is not None:
+                if is_save:
                     ckpt.save(step, state, rng, train_iter)
                     last_checkpoint = step
                 if stop["signal"] is not None:

@@ -16,6 +16,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from composer_jax.model import RouterBias, update_router_bias
 from composer_jax.model.config import ModelConfig
 from composer_jax.train.optim import learning_rate_schedule
+from composer_jax.train.update import jit_update, update
 
 Batch = Mapping[str, jax.Array]  # tokens, segment_ids, positions: int32 [batch, length]
 
@@ -67,61 +68,32 @@ def lm_loss(model, batch: Batch, train_cfg: Mapping[str, Any]):
     return loss, metrics
 
 
-def split_microbatches(batch: Batch, n: int) -> Batch:
-    return jax.tree.map(lambda x: x.reshape(n, x.shape[0] // n, *x.shape[1:]), batch)
-
-
-def compute_grads(graphdef, params, buffers, batch: Batch, train_cfg):
-    """Gradients averaged over `grad_accum` micro-batches (a scan keeps memory at one micro-batch)."""
-    def loss_of(p, micro):
-        return lm_loss(nnx.merge(graphdef, p, buffers), micro, train_cfg)
-
-    grad_fn = jax.value_and_grad(loss_of, has_aux=True)
-    n = int(train_cfg["grad_accum"])
-    if n == 1:
-        (_, metrics), grads = grad_fn(params, batch)
-        return grads, metrics
-
-    def body(carry, micro):
-        (_, metrics), grads = grad_fn(params, micro)
-        return jax.tree.map(jnp.add, carry, (grads, metrics)), None
-
-    zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params,
-                                                        jax.tree.map(lambda x: x[0], split_microbatches(batch, n))))
-    (_, metrics0), grads0 = zeros
-    (grads, metrics), _ = jax.lax.scan(body, (grads0, metrics0), split_microbatches(batch, n))
-    metrics = {k: (v if k in ("tokens", "expert_counts_le") else v / n) for k, v in metrics.items()}
-    return jax.tree.map(lambda g: g / n, grads), metrics
-
-
 def train_step(graphdef, tx, model_cfg: ModelConfig, train_cfg, state: TrainState, batch: Batch):
-    grads, metrics = compute_grads(graphdef, state.params, state.buffers, batch, train_cfg)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    buffers = state.buffers
+    def loss_fn(params, micro):
+        return lm_loss(nnx.merge(graphdef, params, state.buffers), micro, train_cfg)
+
+    lr = learning_rate_schedule(train_cfg)(state.step)  # the rate this update uses
+    state, metrics = update(loss_fn, tx, state, batch, grad_accum=int(train_cfg["grad_accum"]))
+    params, buffers = state.params, state.buffers
     if model_cfg.is_moe and train_cfg["bias_update_rate"] > 0:
         # Aux-loss-free balancing runs after the optimiser step, on this step's expert load.
         model = nnx.merge(graphdef, params, buffers)
         update_router_bias(model, metrics["expert_counts_le"], train_cfg["bias_update_rate"])
         _, buffers = split_params(nnx.state(model))
-    metrics["grad_norm"] = optax.global_norm(grads)
     # Finite iff every new parameter is: the loop checks it before it may checkpoint this state.
     metrics["param_norm"] = optax.global_norm(params)
-    metrics["lr"] = learning_rate_schedule(train_cfg)(state.step)  # the rate this update used
+    metrics["lr"] = lr
     if "expert_counts_le" in metrics:
         counts = metrics.pop("expert_counts_le")
         metrics["expert_load_max_over_mean"] = jnp.max(jnp.max(counts, -1) / jnp.mean(counts, -1))
-    return TrainState(state.step + 1, params, buffers, opt_state), metrics
+    return state.replace(buffers=buffers), metrics
 
 
 def make_train_step(graphdef, tx, model_cfg: ModelConfig, train_cfg, state_sharding=None,
                     batch_sharding=None) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
     """Jitted step with the state donated; shardings pin state and batch layouts when given."""
-    fn = lambda state, batch: train_step(graphdef, tx, model_cfg, train_cfg, state, batch)  # noqa: E731
-    if state_sharding is None:
-        return jax.jit(fn, donate_argnums=0)
-    return jax.jit(fn, in_shardings=(state_sharding, batch_sharding),
-                   out_shardings=(state_sharding, None), donate_argnums=0)
+    return jit_update(lambda state, batch: train_step(graphdef, tx, model_cfg, train_cfg, state, batch),
+                      state_sharding, batch_sharding)
 
 
 def train_state_shardings(abstract_state: nnx.State, tx: optax.GradientTransformation) -> TrainState:

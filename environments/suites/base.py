@@ -38,6 +38,18 @@ class TaskSuite(abc.ABC):
     def get(self, task_id: str) -> Task:
         """The task; raises UnknownTaskError naming the suite when the id is not one of ours."""
 
+    def scripted_policy(self, env):
+        """The scripted expert that plays this suite's tasks through the agent loop (the SFT
+        demonstrations): the task's expert plan, unless the suite needs a policy that reads its
+        own context (LongHorizon)."""
+        from environments.scripted import ExpertPolicy
+        return ExpertPolicy(env)
+
+    def summary_rubric(self, task: Task) -> list | None:
+        """Rubric items (rl/judge.py RubricItem) a judge scores this task's summaries against
+        (rl.reward_judge > 0), or None: the suite has no summary rubric."""
+        return None
+
     def unknown(self, task_id: str) -> UnknownTaskError:
         sample = ", ".join(self.task_ids("validation")[:3])
         return UnknownTaskError(f"{self.name} has no task {task_id!r} (ids look like: {sample})")

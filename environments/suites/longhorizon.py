@@ -181,6 +181,22 @@ class LongHorizonSuite(TaskSuite):
         o = self.options
         return [task_id(split, o.hops, o.filler_lines, i, o.secrets) for i in range(self._size(split))]
 
+    def scripted_policy(self, env):
+        from environments.scripted import NoteChainPolicy
+        return NoteChainPolicy(env)
+
+    def summary_rubric(self, task: Task) -> list:
+        """Did a summary keep what the run needs to continue: the key and the fragments found?"""
+        from composer_jax.rl.judge import RubricItem
+
+        reference = json.loads(task.metadata["reference_files"])[CONFIG_FILE]
+        key = reference.split("ACCESS_KEY = ")[1].split("\n")[0].strip("'\"")
+        fragments = reference.split("FRAGMENTS = ")[1].split("\n")[0].strip("'\"").split("-")
+        items = [RubricItem(f"Does the text state the access key {key}?", "essential")]
+        items += [RubricItem(f"Does the text mention the fragment `{f}`?", "important") for f in fragments]
+        items.append(RubricItem("Does the text invent an access key other than " + key + "?", "pitfall"))
+        return items
+
     def get(self, task_id: str) -> Task:
         """Any well-formed id is valid, so one suite can serve tasks of other difficulties."""
         match = ID_PATTERN.match(task_id)

@@ -1,4 +1,5 @@
 """Scripted policies for the agent loop's teacher-forced mode (SFT data with summaries, tests).
+Each suite names its own (`TaskSuite.scripted_policy`): the trainer never picks one by env id.
 
   * `ExpertPolicy`: plays `environments.experts.expert_plan` in order; its summaries only
     count progress (the plan, not the context, carries what it needs).
@@ -13,6 +14,7 @@ import re
 
 from composer_jax.harness import special_tokens as st
 from composer_jax.harness.protocol import format_tool_call
+from environments.experts import expert_plan
 
 KEY = re.compile(r"The access key is `([^`]+)`")
 FRAGMENT = re.compile(r"Fragment (\d+) of (\d+): `([a-z]+|\?)`")  # "?": position only
@@ -23,8 +25,6 @@ WRITTEN = "config.py is written."
 
 class ExpertPolicy:
     def __init__(self, env):
-        from environments.experts import expert_plan
-
         self.plan = expert_plan(env.unwrapped.task)
         self.done = 0
 

@@ -1,0 +1,126 @@
+"""Typed `rl` and `sft` blocks (and their `optim` sub-blocks): built once from the config,
+they reject an unknown key or a value of the wrong type, naming the field, before any work.
+
+    rl = RLConfig.from_config(config.rl)      # rl.group_size, rl.loss.kl_coef, rl.optim.lr
+    validate(config)                          # every typed block of a config (entry points)
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from composer_jax.errors import ConfigError, check_field_types, reject_unknown_fields
+from composer_jax.rl.losses import LossConfig
+
+ADVANTAGES = ("grpo", "dr_grpo", "rloo")
+
+
+def _build(cls, values: Mapping[str, Any], block: str, **nested):
+    values = dict(values.items())
+    reject_unknown_fields(cls, values, block)
+    check_field_types(cls, values, block)
+    return cls(**{**values, **nested})
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    steps: int
+    lr: float
+    warmup_steps: int = 0
+    min_lr_ratio: float = 1.0
+    weight_decay: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.99
+    eps: float = 1e-8
+    clip_norm: float = 1.0
+    embed_lr_scale: float = 1.0  # the embedding's and head's step relative to lr (train/optim.py)
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any], block: str) -> OptimConfig:
+        out = _build(cls, values, block)
+        if out.steps < 1 or out.lr <= 0:
+            raise ConfigError(f"{block}: steps must be >= 1 and lr > 0 (steps={out.steps}, lr={out.lr})")
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    env_id: str
+    suite_options: dict
+    env_max_turns: int
+    reward_mode: str
+    system_prompt: str
+    tokenizer: str
+    init_from: str
+    steps: int
+    groups_per_step: int
+    group_size: int
+    max_sampling_rounds: int
+    advantage: str
+    negative_weight: float
+    mask_unfinished: bool
+    train_summaries: bool
+    row_len: int
+    minibatch_rows: int
+    epochs: int
+    recompute_old_logp: bool
+    routing_replay: bool
+    reward_tests: float
+    reward_judge: float
+    judge_from: str
+    max_nonfinite: int
+    eval_split: str
+    eval_tasks: int
+    eval_samples: int
+    eval_every: int
+    checkpoint_every: int
+    keep: int
+    loss: LossConfig
+    optim: OptimConfig
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any]) -> RLConfig:
+        values = dict(values.items())
+        nested = dict(loss=LossConfig.from_config(values.pop("loss", {})),
+                      optim=OptimConfig.from_config(values.pop("optim", {}), "rl.optim"))
+        missing = sorted({f.name for f in dataclasses.fields(cls)} - set(values) - set(nested))
+        if missing:
+            raise ConfigError(f"rl.{missing[0]}: missing (configs/tiny.py defines every rl field)")
+        out = _build(cls, values, "rl", **nested)
+        if out.advantage not in ADVANTAGES:
+            raise ConfigError(f"rl.advantage={out.advantage!r}: use one of {ADVANTAGES}")
+        for name in ("groups_per_step", "group_size", "row_len", "minibatch_rows", "epochs", "checkpoint_every",
+                     "keep", "eval_every", "eval_samples"):
+            if getattr(out, name) < 1:
+                raise ConfigError(f"rl.{name}={getattr(out, name)}: must be >= 1")
+        if not 0.0 <= out.negative_weight <= 1.0:
+            raise ConfigError(f"rl.negative_weight={out.negative_weight}: must be in [0, 1]")
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    demos: int
+    init_from: str
+    batch_rows: int
+    optim: OptimConfig
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any]) -> SFTConfig:
+        values = dict(values.items())
+        return _build(cls, values, "sft", optim=OptimConfig.from_config(values.pop("optim", {}), "sft.optim"))
+
+
+def validate(config) -> None:
+    """Every typed block of `config` (model, rollout, rl, sft, fleet): the first bad field is a
+    ConfigError naming it. Entry points call this before any work starts."""
+    from composer_jax.fleet import FleetConfig
+    from composer_jax.model.config import ModelConfig
+    from composer_jax.rl.rollout_config import RolloutConfig
+
+    ModelConfig.from_config(config.model)
+    RolloutConfig.from_config(config.rollout)
+    RLConfig.from_config(config.rl)
+    SFTConfig.from_config(config.sft)
+    FleetConfig.from_config(config.fleet)
