@@ -141,9 +141,11 @@ def summary_judge(config, run: Run):
     if not r.reward_judge:
         return None, None
     suite = local_suite(r)
-    if not r.judge_from or suite.summary_rubric(suite.get(task_ids(r, "train")[0])) is None:
-        raise ConfigError(f"rl.reward_judge={r.reward_judge} needs rl.judge_from (a checkpoints directory) "
-                          f"and a suite with a summary rubric ({suite.name} has none)")
+    if suite.summary_rubric(suite.get(task_ids(r, "train")[0])) is None:
+        raise ConfigError(f"rl.reward_judge={r.reward_judge}: the {suite.name} suite ({r.env_id}) has no "
+                          "summary rubric (TaskSuite.summary_rubric)")
+    if not r.judge_from:
+        raise ConfigError(f"rl.reward_judge={r.reward_judge} needs rl.judge_from (a checkpoints directory)")
     state = load_params(config, r.judge_from, run.model_cfg, run.mesh, run.tx)
     judge = judge_lib.ModelJudge(run.graphdef, state, run.tokenizer, max_len=int(r.row_len))
     return judge, lambda task_id: suite.summary_rubric(suite.get(task_id))
