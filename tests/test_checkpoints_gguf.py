@@ -233,7 +233,7 @@ def test_stop_token_probe_scores_every_trained_token_with_the_model(tiny_gguf, t
 
 @pytest.mark.slow
 def test_bugfix_bench_runs_sft_and_rl_from_an_imported_base(tiny_gguf, tmp_path):
-    """The GPU recipe for a pretrained base (`rl_bugfix_bench --config ...:bugfix`) end to end at
+    """The GPU recipe for a pretrained base (`experiments.bugfix --config ...:bugfix`) end to end at
     toy size: SFT from the imported weights on expert demonstrations in the model's template,
     RL, and the paired final evaluation, all through the imported tokenizer."""
     import dataclasses
@@ -241,7 +241,7 @@ def test_bugfix_bench_runs_sft_and_rl_from_an_imported_base(tiny_gguf, tmp_path)
 
     import ml_collections
 
-    from benchmarks.rl_bugfix_bench import run_bench
+    from composer_jax.experiments.bugfix import run_bench
     from composer_jax.checkpoints.store import save_imported
     from composer_jax.config_loading import load_config
 

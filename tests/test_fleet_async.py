@@ -3,11 +3,12 @@ import functools
 import threading
 import time
 
+import fleet_bandit as bandit  # tests/fleet_bandit.py: a stand-in policy and learner
 import numpy as np
 import pytest
 
 from composer_jax.errors import ConfigError
-from composer_jax.fleet import FleetConfig, bandit
+from composer_jax.fleet import FleetConfig
 from composer_jax.fleet.async_rl import run_schedule
 
 REWARDS = (0.0, 0.2, 1.0, 0.1)

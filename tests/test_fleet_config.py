@@ -6,7 +6,8 @@ import pytest
 
 from composer_jax.errors import ConfigError
 from composer_jax.fleet import FleetConfig, FleetUnavailableError, cluster
-from composer_jax.fleet.factory import env_factory
+from composer_jax.rl.envs import RunEnvs
+from configs.tiny import get_config
 
 
 def test_tiny_config_has_a_valid_fleet_block_with_local_default():
@@ -33,9 +34,11 @@ def test_missing_ray_names_the_extra(monkeypatch):
             raise ImportError("No module named 'ray'")
         return real_import(name, *args, **kwargs)
 
+    c = get_config("test")
+    c.fleet.backend = "ray"
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(FleetUnavailableError, match=r"pip install -e '\.\[ray\]'"):
-        env_factory(FleetConfig(backend="ray"), "composer/BugFix-v0")
+        RunEnvs(c)
 
 
 def test_unreachable_cluster_names_the_address(monkeypatch):
@@ -57,11 +60,14 @@ def test_pool_size_is_cut_to_the_cpus_with_a_warning():
         cluster.fit_pool_size(2, 4.0, 2.0)
 
 
-def test_local_backend_is_plain_gymnasium():
-    make_env, shutdown = env_factory(FleetConfig(), "composer/LongHorizon-v0", split="validation",
-                                     suite_options={"hops": 2, "filler_lines": 3, "validation_size": 4})
-    env = make_env()
-    prompt, info = env.reset(seed=0)
-    assert "docs/start.md" in prompt and info["task_id"].startswith("longhorizon/")
-    env.close()
-    shutdown()
+def test_local_backend_is_plain_gymnasium_with_the_split_and_prompt_of_the_run():
+    c = get_config("test")
+    c.rl.suite_options = {"hops": 2, "filler_lines": 3, "validation_size": 4}
+    c.rl.system_prompt = "Short manual."
+    with RunEnvs(c) as envs:
+        env = envs.factory(c.rl, "validation")()
+        prompt, info = env.reset(seed=0)
+        assert "docs/start.md" in prompt and "/validation-" in info["task_id"]  # the split travels
+        assert info["system_prompt"] == "Short manual."
+        env.close()
+        assert envs.pools() == []  # local envs: no worker pool

@@ -3,12 +3,13 @@ timeouts instead of hangs, pools cut to the cluster. Ray runs with 2 CPUs, once 
 import math
 import time
 
+import gymnasium as gym
 import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray fleet tests need the ray extra: pip install -e '.[ray]'")
 
 from composer_jax.fleet import FleetConfig  # noqa: E402
-from composer_jax.fleet.factory import env_factory  # noqa: E402
+import environments  # noqa: E402, F401 - registers the envs
 from composer_jax.fleet.pool import EnvPool  # noqa: E402
 from composer_jax.fleet.remote_env import EpisodeFailedError, RemoteEnv  # noqa: E402
 from composer_jax.fleet.scripted import run_scripted  # noqa: E402
@@ -56,7 +57,7 @@ def first_steps(env, task_index, n):
 
 def test_ray_pool_runs_the_same_episodes_as_local_envs(pool):
     tasks = [{"options": {"task_index": i}} for i in range(6)]
-    local_make, _ = env_factory(FleetConfig(), ENV_ID, **ENV_KWARGS)
+    local_make = lambda: gym.make(ENV_ID, **ENV_KWARGS)  # noqa: E731
     local = run_scripted(local_make, tasks, expert_plan, concurrency=2)
     remote = run_scripted(pool.make_env, tasks, expert_plan, concurrency=3)
     assert [(o.task_id, o.reward, o.status) for o in remote] == [(o.task_id, o.reward, o.status) for o in local]
@@ -146,7 +147,7 @@ def test_agent_loop_on_the_fleet_matches_local_envs_through_a_worker_kill(pool):
     graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
     engine = RolloutEngine(graphdef, params, cfg, rollout, valid_vocab=tok.vocab_size)
     tasks = [{"options": {"task_index": i}} for i in (4, 5)]
-    local_make, _ = env_factory(FleetConfig(), ENV_ID, **ENV_KWARGS)
+    local_make = lambda: gym.make(ENV_ID, **ENV_KWARGS)  # noqa: E731
     local = AgentLoop(engine, tok, rollout, local_make, make_policy=ExpertPolicy).run(tasks)
 
     killed = []

@@ -1,8 +1,8 @@
-"""`rl_bench --combine` joins arms run in separate processes only when their budgets and
+"""`experiments.longhorizon --combine` joins arms run in separate processes only when their budgets and
 evaluation match: a mismatch stops with the offending file named, before any evaluation."""
 import pytest
 
-from benchmarks.rl_bench import (check_combinable, known_final_evals, paired_comparisons, pool_seeds,
+from composer_jax.experiments.longhorizon import (check_combinable, known_final_evals, paired_comparisons, pool_seeds,
                                   read_records, record_seed)
 
 

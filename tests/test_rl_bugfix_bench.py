@@ -1,7 +1,7 @@
-"""rl_bugfix_bench's task selection and per-kind tally (the experiment itself is a benchmark)."""
+"""experiments.bugfix's task selection and per-kind tally (the experiment itself is a benchmark)."""
 import pytest
 
-from benchmarks.rl_bugfix_bench import bench_config, by_kind, spread
+from composer_jax.experiments.bugfix import bench_config, by_kind, spread
 
 
 def test_spread_covers_every_source():
@@ -30,7 +30,7 @@ def test_config_is_the_hinted_single_bug_tier():
 
 
 def test_eval_base_needs_a_base():
-    from benchmarks.rl_bugfix_bench import main
+    from composer_jax.experiments.bugfix import main
 
     with pytest.raises(SystemExit, match="no rl.init_from to evaluate"):
         main(["--quick", "--eval_base", "2", "--out", ""])
@@ -38,7 +38,7 @@ def test_eval_base_needs_a_base():
 
 def test_drills_leave_the_tokenizer_unchanged(tmp_path):
     """Runs with and without drills share the tokenizer (and so the copy warm-up trained on it)."""
-    from benchmarks.rl_bugfix_bench import train_tokenizer
+    from composer_jax.experiments.bugfix import train_tokenizer
 
     c = bench_config(quick=True)
     train_tokenizer(c, tmp_path / "plain.json")
@@ -57,7 +57,7 @@ def _record(seed, sft, rl, steps=24, **rl_fields):
 
 
 def test_pool_seeds_pairs_episodes_across_runs():
-    from benchmarks.rl_bugfix_bench import pool_seeds
+    from composer_jax.experiments.bugfix import pool_seeds
 
     a, b = _record(0, [1, 0, 0, 0], [1, 1, 1, 0]), _record(1, [0, 1, 0, 0], [0, 1, 0, 1])
     out = pool_seeds({"a.json": a, "b.json": b})
@@ -75,11 +75,11 @@ def test_pool_seeds_pairs_episodes_across_runs():
 
 
 def test_bad_pool_and_drills_input_are_clear_errors(tmp_path, capsys):
-    from benchmarks.rl_bugfix_bench import main
+    from composer_jax.experiments.bugfix import main
 
     other = tmp_path / "rl_tiny.json"
     other.write_text('{"ablation": {}}')
-    with pytest.raises(SystemExit, match="rl_tiny.json is not an rl_bugfix_bench result"):
+    with pytest.raises(SystemExit, match="rl_tiny.json is not an experiments.bugfix result"):
         main(["--pool", str(other), "--out", str(tmp_path / "p.json")])
     with pytest.raises(SystemExit):
         main(["--drills", "-3", "--quick", "--out", ""])
@@ -94,7 +94,7 @@ def test_eval_checkpoints_pairs_every_policy_with_the_first(tmp_path, monkeypatc
     engine's evaluation itself is tested with the RL loop)."""
     import json
 
-    from benchmarks import rl_bugfix_bench as bench
+    from composer_jax.experiments import bugfix as bench
     from composer_jax.rl import train
 
     outcomes = {"sft": [1, 0, 0, 0], "rl": [1, 1, 1, 0]}

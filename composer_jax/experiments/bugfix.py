@@ -1,27 +1,27 @@
 """RL on BugFix at tiny scale on CPU: does RL improve an SFT policy at fixing real code?
 
-    python -m benchmarks.rl_bugfix_bench [--workdir runs/rl_bugfix] [--quick] [--config.seed=1]
-    python -m benchmarks.rl_bugfix_bench --drills 3000 --config.sft.demos=4096 --config.sft.optim.steps=1000 \
+    python -m composer_jax.experiments.bugfix [--workdir runs/rl_bugfix] [--quick] [--config.seed=1]
+    python -m composer_jax.experiments.bugfix --drills 3000 --config.sft.demos=4096 --config.sft.optim.steps=1000 \
         --out benchmarks/results/rl_bugfix_drills.json    # SFT on function drills, RL on the same
-    python -m benchmarks.rl_bugfix_bench --drills 3000 --config.sft.demos=4096 --config.sft.optim.steps=1000 \
+    python -m composer_jax.experiments.bugfix --drills 3000 --config.sft.demos=4096 --config.sft.optim.steps=1000 \
         --rl_drill_source methods --out benchmarks/results/rl_bugfix_methods.json  # RL on unseen functions
-    python -m benchmarks.rl_bugfix_bench --eval sft=runs/rl_bugfix/sft/checkpoints \
+    python -m composer_jax.experiments.bugfix --eval sft=runs/rl_bugfix/sft/checkpoints \
         rl=runs/rl_bugfix/rl/checkpoints --config.rl.tokenizer=runs/rl_bugfix/tokenizer.json \
         --config.rollout.temperature=0.0 --out greedy.json    # paired evaluation, greedy decoding
 
 The tier: single-bug BugFix tasks (HumanEval functions and the hand-written packages, one AST
 mutant each) whose prompt names the bug's line, as a traceback would (`hint_line`). On plain
-BugFix the 2-layer policy of rl_bench passes 0/16 before and after RL: it cannot localise a bug
+BugFix the 2-layer policy of experiments.longhorizon passes 0/16 before and after RL: it cannot localise a bug
 by reading a whole file. With the line named, the bug's kind and its fix are still the policy's
 to find, on validation functions it has never seen (the split is by source function).
 
 1. A 2k BPE trained on the train tasks' prompts, numbered files and expert actions.
-2. The copy warm-up of rl_bench, then SFT on `sft.demos` expert demonstrations spread over the
+2. The copy warm-up of experiments.longhorizon, then SFT on `sft.demos` expert demonstrations spread over the
    train split (read the lines around the hint, one `edit_file`, submit). `--drills N` adds N
    drills (functions of the project's dependencies that no sandbox holds) to the train split
    (environments/suites/drills.py): with only the tested tasks' ~150 functions the policy
    memorises them and fixes almost nothing unseen.
-3. RL from that checkpoint: positive-only GRPO (rl_bench's recipe), `rl.steps` steps of
+3. RL from that checkpoint: positive-only GRPO (experiments.longhorizon's recipe), `rl.steps` steps of
    groups_per_step x group_size episodes, graded by the hidden tests in the sandbox.
    `--rl_drill_source methods` swaps the drills for as many drills on class methods, functions
    SFT never showed: RL then practises on code it cannot have memorised, as validation is.
@@ -38,32 +38,17 @@ import sys
 import time
 from collections import defaultdict
 
-from benchmarks import rl_bench
-from benchmarks.common import write_result
+from composer_jax.experiments import longhorizon
+from composer_jax.experiments.records import RESULTS, write_result
+from configs import rl_bugfix
+from configs.rl_bugfix import SYSTEM
 
-RESULT = pathlib.Path(__file__).parent / "results" / "rl_bugfix_tiny.json"
-SYSTEM = ("Tools: read_file(path, start_line, end_line), edit_file(path, old, new), submit(). "
-          "One tool call per turn.")
-SUITE_OPTIONS = dict(max_bugs=1, hint_line=True)
+RESULT = RESULTS / "rl_bugfix_tiny.json"
 
 
 def bench_config(quick: bool):
-    c = rl_bench.bench_config(quick)  # the same 2-layer policy as the LongHorizon experiments
-    c.model.vocab_size = 2048  # code needs more merges than note chains: expert actions ~80 tokens
-    c.rl.suite_options = dict(SUITE_OPTIONS)  # replaced, not merged with LongHorizon's
-    c.rl.update(env_id="composer/BugFix-v0", system_prompt=SYSTEM,
-                reward_mode="",  # all hidden tests must pass
-                env_max_turns=6, steps=4 if quick else 24, groups_per_step=4 if quick else 16, group_size=6,
-                negative_weight=0.0, eval_tasks=8 if quick else 64)
-    c.rl.optim.update(lr=3e-4, steps=c.rl.steps)
-    c.sft.update(demos=64 if quick else 2048)
-    c.sft.optim.update(steps=60 if quick else 500)
-    # A whole episode (~400 tokens) fits one window: no summaries on this suite (the window still
-    # keeps room for a turn and a summary after the prompt, hence 768).
-    c.rl.row_len = 768
-    c.rollout.update(window=768, summarize_at=1.0, max_segments=1, turn_budget=192, max_turns=6,
-                     prefill_buckets=(64, 256))
-    return c
+    """The recipe of configs/rl_bugfix.py."""
+    return rl_bugfix.get_config("quick" if quick else None)
 
 
 def train_tokenizer(c, path: pathlib.Path) -> None:
@@ -109,9 +94,9 @@ def by_kind(ids: list[str], passed: list[int]) -> dict[str, dict]:
 
 
 def final_eval(c, policies: dict[str, pathlib.Path], ids: list[str]) -> dict:
-    run, out = rl_bench._engine(c, init_from=str(next(iter(policies.values())))), {}
+    run, out = longhorizon._engine(c, init_from=str(next(iter(policies.values())))), {}
     for name, ckpt in policies.items():
-        ev = rl_bench.eval_policy(run, name, ckpt, c, ids)
+        ev = longhorizon.eval_policy(run, name, ckpt, c, ids)
         out[name] = ev | dict(by_kind=by_kind(ids, ev["passed"]))
     return out
 
@@ -171,7 +156,7 @@ def pool_seeds(records: dict[str, dict]) -> dict:
 
     for path, rec in records.items():
         if not {"rl", "final_eval", "suite_options", "seed"} <= set(rec):
-            raise SystemExit(f"--pool: {path} is not an rl_bugfix_bench result (no rl/final_eval/suite_options/seed)")
+            raise SystemExit(f"--pool: {path} is not an experiments.bugfix result (no rl/final_eval/suite_options/seed)")
     first_path, first = next(iter(records.items()))
     for path, rec in records.items():
         if setting(rec) != setting(first):
@@ -199,7 +184,7 @@ def main(argv=None):
     p.add_argument("--config", default="", help="e.g. configs/qwen_coder_0p5b.py:bugfix: a pretrained base "
                    "(its own tokenizer, no warm-up; SFT starts from rl.init_from). Default: the tiny policy")
     p.add_argument("--quick", action="store_true")
-    # 300 steps (rl_bench's) left copying at loss 4.6 on a 2k vocabulary; 1,500 reach 1e-4
+    # 300 steps (experiments.longhorizon's) left copying at loss 4.6 on a 2k vocabulary; 1,500 reach 1e-4
     p.add_argument("--copy_warmup", type=int, default=1500, help="induction warm-up steps before SFT (0: none)")
     p.add_argument("--final_eval", type=int, default=0, metavar="N",
                    help="validation tasks for the final comparison (default: all of them)")
@@ -222,7 +207,7 @@ def main(argv=None):
     if args.rl_drill_source != "functions" and not args.drills:
         p.error("--rl_drill_source needs --drills N (how many drills RL adds)")
     if args.pool:
-        write_result(args.out, pool_seeds(rl_bench.read_records(args.pool, "--pool")))
+        write_result(args.out, pool_seeds(longhorizon.read_records(args.pool, "--pool")))
         return
     c = load_config(args.config) if args.config else bench_config(args.quick)
     if args.drills:
@@ -259,7 +244,7 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     if copy_warmup:
         init_from = str(work / "copy_warmup" / "checkpoints")
         if not pathlib.Path(init_from).exists():
-            warmup = rl_bench.copy_warmup(c, work / "copy_warmup", copy_warmup)
+            warmup = longhorizon.copy_warmup(c, work / "copy_warmup", copy_warmup)
             print("copy warm-up", warmup, flush=True)
     sft_dir, sft_record = work / "sft", work / "sft" / "sft.json"
     if not (sft_dir / "checkpoints").exists():
@@ -299,7 +284,7 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
                 lr=float(c.rl.optim.lr), negative_weight=float(c.rl.negative_weight), wall_s=rl_s,
                 counts=rl_out["counts"], eval_tasks=int(c.rl.eval_tasks),
                 eval_before=evals[min(evals)], eval_after=evals[max(evals)],
-                train_log=rl_bench.train_log(work / "rl")),
+                train_log=longhorizon.train_log(work / "rl")),
     )
     write_result(out, record)
     print(json.dumps({k: record[k] for k in ("before_rl_pass_rate", "after_rl_pass_rate", "paired_rl_vs_sft")}),

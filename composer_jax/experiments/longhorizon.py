@@ -1,6 +1,6 @@
 """RL at tiny scale on CPU: does RL improve an SFT policy, and does training the summaries matter?
 
-    python -m benchmarks.rl_bench [--workdir runs/rl_bench] [--quick] [--hops 4 --sft_hops 4 --filler 6]
+    python -m composer_jax.experiments.longhorizon [--workdir runs/rl_bench] [--quick] [--hops 4 --sft_hops 4 --filler 6]
 
 1. A 1k BPE trained on expert transcripts, every secret word one token.
 2. A copy warm-up (`--copy_warmup` steps of repeated random spans), then SFT of a 2-layer dense
@@ -29,38 +29,18 @@ from collections import Counter
 
 import numpy as np
 
-from benchmarks.common import write_result
 from composer_jax.config_loading import apply_override, split_overrides
+from composer_jax.experiments.records import RESULTS, write_result
+from configs import rl_longhorizon
 from configs.tiny import get_config
 
-RESULT = pathlib.Path(__file__).parent / "results" / "rl_tiny.json"
-SYSTEM = "Tools: read_file(path), write_file(path, content), submit(). One tool call per turn."
+RESULT = RESULTS / "rl_tiny.json"
+from configs.rl_longhorizon import SYSTEM
 
 
 def bench_config(quick: bool, hops: int = 4, filler_lines: int = 6):
-    c = get_config("test")
-    # Dense 2-layer d_model 128 with token shift over 9 previous tokens: keys then see the
-    # "Fragment 2 of 4: `" that precedes a word (5 tokens) and the word that ends the previous
-    # summary line (9), so one attention layer can copy the right word. Without it the policy
-    # stayed at chance on every secret it had to copy; with 1 previous token it copied the key
-    # but mixed up fragments (README, RL).
-    c.model.update(vocab_size=1024, max_seq_len=1024, n_experts=0, first_dense_layers=2, d_model=128,
-                   head_dim=32, d_ff=512, token_shift=9)
-    c.mesh.data = 1
-    # Word secrets: one token each, so what the policy must learn is to carry them across resets.
-    c.rl.update(system_prompt=SYSTEM, suite_options=dict(hops=hops, filler_lines=filler_lines, secrets="words"),
-                env_max_turns=hops + 6,
-                reward_mode="fraction",  # partial credit (key right, fragments wrong) gives RL a gradient
-                steps=4 if quick else 30, groups_per_step=4, group_size=6, row_len=512, minibatch_rows=32,
-                eval_tasks=8 if quick else 32, eval_every=1000, checkpoint_every=1000, max_sampling_rounds=1)
-    c.rl.optim.update(lr=1e-4, steps=c.rl.steps)
-    c.sft.update(demos=64 if quick else 768, batch_rows=8)
-    c.sft.optim.update(steps=60 if quick else 200, lr=3e-3, warmup_steps=50, min_lr_ratio=0.1)
-    # summarize_at 0.5: a read starts only with room for a whole note (~200 tokens) after it
-    c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, max_segments=hops + 4, slots=24,
-                     max_turns=hops + 6,
-                     prefill_buckets=(64, 256), temperature=1.0)
-    return c
+    """The recipe of configs/rl_longhorizon.py at a tier."""
+    return rl_longhorizon.get_config(f"hops={hops},filler={filler_lines}" + (",quick" if quick else ""))
 
 
 def train_tokenizer(c, path: pathlib.Path) -> None:
