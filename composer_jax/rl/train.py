@@ -18,6 +18,7 @@ import argparse
 import collections
 import copy
 import dataclasses
+import json
 import pathlib
 import pickle
 import sys
@@ -355,7 +356,9 @@ def main(argv=None):
         out = run_sft(config, workdir) if args.mode == "sft" else run_rl(config, workdir)
     except (ConfigError, FleetUnavailableError) as e:  # the field or address named, no traceback
         raise SystemExit(f"error: {e}") from None
-    print({k: v for k, v in out.items() if k != "state"})
+    evals = {step: {k: ev[k] for k in ("pass_rate", "ci95_low", "ci95_high", "n")} for step, ev in out.get("evals", {}).items()}
+    print(json.dumps(dict(metrics=out["metrics"] if "metrics" in out else {k: v for k, v in out.items()},
+                          **({"evals": evals} if evals else {})), default=float, indent=1))
 
 
 if __name__ == "__main__":
