@@ -251,7 +251,8 @@ class Learner:
         groups, episodes, counts = collected
         t0 = time.perf_counter()
         rows, c = self.batch_rows(groups)
-        counts = Counter(counts) + Counter(c)
+        counts = Counter(counts)
+        counts.update(c)  # update, not +: a count of 0 stays a metric
         if rows.rows == 0:
             counts["skipped_no_usable_groups"] += 1
             learn_metrics = {}
