@@ -316,16 +316,17 @@ def evaluate_policy(config, init_from: str, suites: dict[str, str], tasks: int, 
     (name -> env id): one engine, no optimiser state, envs on fleet.backend, and the same
     evaluation seed as rl.train's evaluations (so the two pair). rl.suite_options apply to
     rl.env_id's suite only."""
-    with RunEnvs(config) as envs:
-        run = build(config, None, init_from=init_from)
-        run.loop.close()
-        results = {}
-        for name, env_id in suites.items():
-            rl_cfg = copy.deepcopy(config.rl)
-            with rl_cfg.unlocked():
-                rl_cfg.env_id = env_id
-                if env_id != config.rl.env_id:
-                    rl_cfg.suite_options = {}
+    RunEnvs(config).close()  # a missing Ray extra or a dead fleet.address fails before the model is built
+    run = build(config, None, init_from=init_from)
+    run.loop.close()
+    results = {}
+    for name, env_id in suites.items():
+        rl_cfg = copy.deepcopy(config.rl)
+        with rl_cfg.unlocked():
+            rl_cfg.env_id = env_id
+            if env_id != config.rl.env_id:
+                rl_cfg.suite_options = {}
+        with RunEnvs(config) as envs:  # one suite's worker pool at a time
             loop = AgentLoop(run.engine, run.tokenizer, run.engine.rollout, envs.factory(rl_cfg, "validation"))
             try:
                 ids = task_ids(rl_cfg, "validation")[:int(tasks)]
@@ -333,7 +334,7 @@ def evaluate_policy(config, init_from: str, suites: dict[str, str], tasks: int, 
                     results[name] = evaluate(loop, ids, seed=seeds(config).eval, outcomes=True)
             finally:
                 loop.close()
-            log(f"eval {name}: {sum(results[name]['passed'])}/{results[name]['n']} passed")
+        log(f"eval {name}: {sum(results[name]['passed'])}/{results[name]['n']} passed")
     return results
 
 
