@@ -5,7 +5,9 @@ usable groups after dynamic sampling, through the agent loop, whose envs may be 
 So batch_size = chunk_size = 1, and one collect runs at a time (the loop drives one engine).
 In async mode the collect for step t+1 runs, with policy t, while step t's update runs; the
 learner's truncated IS (rl.recompute_old_logp=True) corrects the lag from the sampler
-log-probs each token carries. The update donates its state, so the engine gets a copy.
+log-probs each token carries. The update donates its state, so in async mode the engine gets a
+copy (sync mode shares the buffers: nothing updates while rollouts read them).
+composer_jax.rl.train runs every RL step through `run_learner`.
 """
 from __future__ import annotations
 
