@@ -142,7 +142,7 @@ def summary_judge(config, run: Run):
     if not r.reward_judge:
         return None, None
     suite = local_suite(r)
-    if suite.summary_rubric(suite.get(task_ids(r, "train")[0])) is None:
+    if suite.summary_rubric(suite.get(suite.task_ids("train")[0])) is None:
         raise ConfigError(f"rl.reward_judge={r.reward_judge}: the {suite.name} suite ({r.env_id}) has no "
                           "summary rubric (TaskSuite.summary_rubric)")
     if not r.judge_from:
