@@ -5,7 +5,7 @@
 rl_tasks: the RL task order (RunCursor); rl_rollouts: the sampling keys of RL rollouts (mixed
 with the step and task position in Learner.rollout_groups); eval: the sampling keys of every
 evaluation (rl.train's before/during/after evaluations and the pipeline's final one play the
-same episodes, so their outcomes pair); sft: the SFT batch order. Mid-training's data order is
+same episodes, so their outcomes pair); sft: the SFT batch order and its copy drills. Mid-training's data order is
 `data.shuffle_seed` (part of the token stream's identity, saved with its checkpoints) and its
 init is the root seed. Root seed 0 keeps the values the recorded results used.
 """

@@ -88,6 +88,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             seq_len=256,
             batch_size=8,  # global rows per step, split over hosts
             shuffle_seed=0,
+            # The tokenizer's corpus also holds this many expert transcripts of rl.env_id's train
+            # tasks, repeated tokenizer_agent_repeat times (0: code only; data/build.py).
+            tokenizer_agent_tasks=0,
+            tokenizer_agent_repeat=64,
             # source -> weight: "code" is the file corpus; other names are seqio tasks/mixtures.
             mixture={"code": 1.0},
         )
@@ -161,6 +165,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft = ml_collections.ConfigDict(
         dict(
             demos=256,  # scripted demonstrations (train-split tasks)
+            successful_only=True,  # False: clone failed demonstrations too (an imperfect demonstrator)
+            copy_warmup=0,  # steps of copy drills before the demonstrations (rl/drills.py)
             init_from="",  # a checkpoints directory (e.g. mid-training's) to start from
             batch_rows=8,
             # embed_lr_scale: the embedding's and head's step relative to lr (train/optim.py)
@@ -214,16 +220,32 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         )
         c.data.update(seq_len=64, batch_size=8)
     if variant == "pipeline":
-        # About 20 minutes end to end on 2 CPU cores: the same code paths with short stages.
-        c.train.update(steps=150, warmup_steps=15, eval_every=50)
+        # About 20 minutes end to end on 2 CPU cores, and its RL stage learns (README, "make run").
+        # The model: 2 layers (dense, then MoE) with token shift over 9 previous tokens, so one
+        # attention layer can copy (docs/results/rl_longhorizon.md); mid-trained on code.
+        c.model.update(vocab_size=1024, max_seq_len=1024, d_model=128, n_layers=2, head_dim=32, d_ff=512,
+                       first_dense_layers=1, n_experts=4, top_k=2, d_ff_expert=128, token_shift=9)
+        # lr 3e-4, not 3e-3: after 150 steps at 3e-3 on code (val loss 5.43 against 5.53 here)
+        # SFT could no longer teach the model to copy the secret words (mean probability 0.015
+        # on the key, SFT loss stuck at 0.2; docs/results/pipeline.md).
+        c.train.update(steps=150, warmup_steps=15, eval_every=50, lr=3e-4)
         c.checkpoint.every = 50
-        c.sft.update(demos=48, batch_rows=4)
-        # A 1k window keeps SFT/RL activations (and attention scores) small on a CPU host.
-        c.rollout.update(window=1024, turn_budget=128, summary_budget=128)
-        c.rl.update(row_len=1024, minibatch_rows=4)
-        c.sft.optim.update(steps=60, warmup_steps=5)
-        c.rl.update(steps=4, groups_per_step=2, group_size=4, eval_tasks=8, eval_every=4,
-                    checkpoint_every=2)
-        c.rl.optim.steps = 4
-        c.pipeline.eval_tasks = 4
+        # The tokenizer also learns the RL env's transcripts: every secret word is one token.
+        c.data.tokenizer_agent_tasks = 64
+        # RL task: LongHorizon, 2 notes after the start note, word secrets; ~4 context windows an
+        # episode. The SFT demonstrator leaves the access key out of 1 summary in 4 and its
+        # failures are cloned too, so the SFT policy has a summary habit that RL must fix.
+        c.rl.update(env_id="composer/LongHorizon-v0", env_max_turns=8, reward_mode="fraction",
+                    suite_options=dict(hops=2, filler_lines=6, secrets="words", expert_drop_key=0.25),
+                    system_prompt="Tools: read_file(path), write_file(path, content), submit(). "
+                                  "One tool call per turn.",
+                    steps=12, groups_per_step=8, group_size=6, max_sampling_rounds=1, negative_weight=0.0,
+                    row_len=512, minibatch_rows=32, eval_tasks=64, eval_every=12, checkpoint_every=6)
+        c.rl.optim.update(steps=12, lr=3e-4)
+        c.sft.update(demos=256, batch_rows=8, successful_only=False, copy_warmup=300)
+        c.sft.optim.update(steps=400, lr=3e-3, warmup_steps=50, min_lr_ratio=0.1)
+        # summarize_at 0.5: a read starts only with room for a whole note (~200 tokens) after it
+        c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, max_segments=6,
+                         slots=24, max_turns=8, prefill_buckets=(64, 256))
+        c.pipeline.eval_tasks = 8
     return c

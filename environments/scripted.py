@@ -6,10 +6,12 @@ Each suite names its own (`TaskSuite.scripted_policy`): the trainer never picks 
   * `NoteChainPolicy`: solves LongHorizon from what is in its context alone: it follows the
     note chain, and when asked to summarise writes down the key, the fragments and the next
     note. With `carry_facts=False` its summaries keep only the next note, so the facts are
-    lost at a reset: the diagnostic's negative control.
+    lost at a reset: the diagnostic's negative control. With `drop_key=q` each summary leaves
+    the access key out with probability q (seeded by the task): an imperfect demonstrator.
 """
 from __future__ import annotations
 
+import random
 import re
 
 from composer_jax.harness import special_tokens as st
@@ -38,8 +40,10 @@ class ExpertPolicy:
 
 
 class NoteChainPolicy:
-    def __init__(self, env=None, carry_facts: bool = True):
-        self.carry_facts = carry_facts
+    def __init__(self, env=None, carry_facts: bool = True, drop_key: float = 0.0):
+        self.carry_facts, self.drop_key = carry_facts, drop_key
+        task = getattr(getattr(env, "unwrapped", None), "task", None)
+        self.rng = random.Random(task.task_id if task is not None else 0)
 
     @staticmethod
     def facts(context: str) -> dict:
@@ -72,7 +76,7 @@ class NoteChainPolicy:
         f = self.facts(context)
         lines = []
         if self.carry_facts:
-            if f["key"]:
+            if f["key"] and not (self.drop_key and self.rng.random() < self.drop_key):
                 lines.append(f"The access key is `{f['key']}`.")
             lines += [f"Fragment {i} of {n}: `{text}`" for i, (n, text) in sorted(f["fragments"].items())]
         elif f["furthest"] >= 0:  # keep the position in the chain but forget what was found

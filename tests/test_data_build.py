@@ -43,6 +43,27 @@ def test_build_then_resume_then_load(config, tmp_path):
     assert np.all(batch["segment_ids"] > 0)
 
 
+def test_agent_transcripts_make_the_rl_envs_secret_words_single_tokens(config, tmp_path):
+    """data.tokenizer_agent_tasks: the tokenizer also trains on the RL env's expert transcripts
+    (and its suite's vocabulary), so the words a LongHorizon policy must carry are one token each,
+    which a code-only tokenizer of the same size does not give."""
+    from composer_jax.data.tokenizer import Tokenizer
+    from environments.suites.longhorizon import FRAGMENT_WORDS, KEY_WORDS, NOTE_WORDS
+
+    config.model.vocab_size = 1024
+    config.rl.update(env_id="composer/LongHorizon-v0", suite_options=dict(hops=2, filler_lines=2, secrets="words"))
+    build(config, tmp_path / "code", progress=False)
+    config.data.tokenizer_agent_tasks = 4
+    build(config, tmp_path / "agent", progress=False)
+    words = KEY_WORDS + FRAGMENT_WORDS + NOTE_WORDS
+
+    def single(d):
+        tok = Tokenizer.load(tmp_path / d / "tokenizer.json")
+        return sum(len(tok.encode(w)) == 1 for w in words)
+
+    assert single("agent") == len(words) and single("code") < len(words) // 2
+
+
 def test_changed_corpus_is_refused(config, tmp_path):
     build(config, tmp_path / "data", progress=False)
     with open(f"{config.data.corpus_paths[0]}/extra.py", "w") as f:

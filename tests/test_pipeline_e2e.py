@@ -13,7 +13,7 @@ SMALL = ["--config.train.steps=6", "--config.train.eval_every=3", "--config.trai
          "--config.sft.optim.steps=3", "--config.sft.demos=4", "--config.rl.steps=1",
          "--config.rl.optim.steps=1", "--config.rl.groups_per_step=1", "--config.rl.group_size=2",
          "--config.rl.max_sampling_rounds=0", "--config.rl.eval_tasks=2",
-         "--config.pipeline.eval_tasks=1"]
+         "--config.pipeline.eval_tasks=1", "--config.sft.copy_warmup=2", "--config.data.tokenizer_agent_tasks=2"]
 
 
 def launch(workdir, *extra):
@@ -38,6 +38,7 @@ def test_full_pipeline_writes_a_report_and_resumes(tmp_path):
     assert gain["tasks"] == 2 and gain["after_step"] == 1 and 0.0 <= gain["mcnemar_p"] <= 1.0
     assert all(isinstance(s["seconds"], float) for s in summary["stages"].values())
     assert "McNemar p" in (report / "report.md").read_text()
+    assert "===== segment 0" in (report / "transcript.md").read_text()  # a held-out episode, rendered
 
     second = launch(tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]

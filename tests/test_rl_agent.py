@@ -218,6 +218,33 @@ def test_longhorizon_summaries_carry_the_facts_across_resets(long_engine, tokeni
     assert all(ep.reward == 0.0 and ep.end_reason == "submit" for ep in forget)
 
 
+def test_an_imperfect_demonstrator_drops_the_key_from_a_share_of_its_summaries(long_engine, tokenizer):
+    """suite_options.expert_drop_key: the suite's scripted expert leaves the access key out of
+    that share of its summaries, the same ones on every run (seeded by the task); a run that
+    lost it fails, and SFT clones those runs only when asked (sft.successful_only=False)."""
+    from composer_jax.rl import sft
+
+    free = TeacherForcedOnly(long_engine.cfg, LONG)
+
+    def run(q):
+        make_env = longhorizon_env(hops=4, filler_lines=4, expert_drop_key=q)
+        policy = make_env().unwrapped.suite.scripted_policy
+        return AgentLoop(free, tokenizer, LONG, make_env, make_policy=policy).run(
+            [{"options": {"task_index": i}} for i in range(4)])
+
+    def summaries(episodes):
+        return [tokenizer.decode_harness(s.tokens[t.start:t.end])
+                for ep in episodes for s in ep.segments for t in s.turns if t.kind == "summary"]
+
+    never, always, half, again = run(0.0), run(1.0), run(0.5), run(0.5)
+    assert all(ep.reward == 1.0 for ep in never) and all("access key" in s for s in summaries(never))
+    assert all(ep.reward == 0.0 for ep in always) and not any("access key" in s for s in summaries(always))
+    kept = ["access key" in s for s in summaries(half)]
+    assert 0 < sum(kept) < len(kept) and summaries(half) == summaries(again)
+    assert sft.demo_sequences(always) == []
+    assert len(sft.demo_sequences(always, successful_only=False)) == sum(len(ep.segments) for ep in always)
+
+
 def test_scripted_episodes_without_a_model_equal_those_through_the_engine(long_engine, tokenizer):
     """Demonstrations (every token scripted, summaries and context resets included) come out the
     same from the model-free engine: only the log-probs, which SFT does not read, are zeros."""

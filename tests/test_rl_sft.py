@@ -76,3 +76,24 @@ def test_embed_lr_scale_multiplies_only_the_vocabulary_rows_step():
     assert len(vocab) == 2, ratios
     assert all(abs(ratios[k] - 8.0) < 1e-3 for k in vocab), ratios
     assert all(abs(r - 1.0) < 1e-5 for k, r in ratios.items() if k not in vocab), ratios
+
+
+def test_copy_drills_train_only_the_repeated_span_and_are_seeded():
+    """rl/drills.py: [noise][marker span][noise][marker span]; the loss is on the second span,
+    which repeats the tokens after the marker's first occurrence; no harness token is drawn."""
+    from composer_jax.rl.drills import copy_drills
+
+    tok = Tokenizer.byte_level()
+    drills = copy_drills(tok, 64, seed=3)
+    specials = set(tok.special_ids.values())
+    for d in drills:
+        n = int(d.loss_mask.sum())
+        assert 2 <= n <= 8 and d.loss_mask[-n:].all() and not d.loss_mask[:-n].any()
+        marker, span = d.tokens[-n - 1], d.tokens[-n:]
+        earlier = d.tokens[:-n - 1]
+        assert any(earlier[i] == marker and (earlier[i + 1:i + 1 + n] == span).all()
+                   for i in range(len(earlier) - n))
+        assert not specials & set(d.tokens.tolist())
+    again = copy_drills(tok, 64, seed=3)
+    assert all((a.tokens == b.tokens).all() for a, b in zip(drills, again))
+    assert any(len(a.tokens) != len(b.tokens) for a, b in zip(drills, copy_drills(tok, 64, seed=4)))

@@ -2,11 +2,15 @@
 
     python -m composer_jax.data.build --config configs/tiny.py --workdir DIR
 
-Rerunning reuses what exists: the tokenizer if DIR/tokenizer.json is there, every store shard
+With `data.tokenizer_agent_tasks > 0` the tokenizer also trains on the RL env's expert
+transcripts (rl/envs.py agent_texts), so the text the policy reads in RL tokenizes as compactly
+as code. Rerunning reuses what exists: the tokenizer if DIR/tokenizer.json is there, every store shard
 already marked DONE. A corpus that changed since DIR was built is an error, not a silent mix.
 """
+import itertools
 import json
 import time
+from collections.abc import Sequence
 
 import ml_collections
 import tqdm
@@ -31,6 +35,18 @@ def validate_data_config(config: ml_collections.ConfigDict) -> None:
                           f"got {dict(data.mixture)}")
 
 
+def agent_texts(config, data_dir) -> list[str]:
+    """`data.tokenizer_agent_tasks` expert transcripts of the RL env (`rl.env_id`) and the
+    harness's text, repeated `data.tokenizer_agent_repeat` times: the tokenizer then covers what
+    the policy reads in RL as well as code. Nothing when the tokenizer already exists."""
+    tasks = int(config.data.get("tokenizer_agent_tasks", 0))
+    if not tasks or layout.tokenizer_path(data_dir).exists():
+        return []
+    from composer_jax.rl.envs import agent_texts as texts
+
+    return texts(config.rl, tasks) * int(config.data.get("tokenizer_agent_repeat", 1))
+
+
 def corpus_manifest(data: ml_collections.ConfigDict, data_dir) -> Manifest:
     """The manifest of the corpus as it is now; must equal the one saved in data_dir, if any."""
     manifest = build_manifest(list(data.corpus_paths), data.include_stdlib, data.val_fraction,
@@ -48,8 +64,10 @@ def corpus_manifest(data: ml_collections.ConfigDict, data_dir) -> Manifest:
     return manifest
 
 
-def corpus_tokenizer(manifest: Manifest, vocab_size: int, data_dir) -> tuple[Tokenizer, float]:
-    """(tokenizer, seconds spent training: 0 when reused). Trained on the train split only."""
+def corpus_tokenizer(manifest: Manifest, vocab_size: int, data_dir,
+                     extra: Sequence[str] = ()) -> tuple[Tokenizer, float]:
+    """(tokenizer, seconds spent training: 0 when reused). Trained on the train split only,
+    plus `extra` texts (agent_texts)."""
     path = layout.tokenizer_path(data_dir)
     if path.exists():
         tok = Tokenizer.load(path)
@@ -57,7 +75,7 @@ def corpus_tokenizer(manifest: Manifest, vocab_size: int, data_dir) -> tuple[Tok
             raise ConfigError(f"{path} has {tok.vocab_size} tokens > model.vocab_size={vocab_size}")
         return tok, 0.0
     start = time.perf_counter()
-    tok = Tokenizer.train((read_text(d) for d in manifest.split("train")), vocab_size)
+    tok = Tokenizer.train(itertools.chain((read_text(d) for d in manifest.split("train")), extra), vocab_size)
     seconds = time.perf_counter() - start
     tok.save(path)
     return tok, seconds
@@ -98,7 +116,8 @@ def build(config: ml_collections.ConfigDict, data_dir, progress: bool = True) ->
     validate_data_config(config)
     start = time.perf_counter()
     manifest = corpus_manifest(config.data, data_dir)
-    tok, tokenizer_seconds = corpus_tokenizer(manifest, config.model.vocab_size, data_dir)
+    tok, tokenizer_seconds = corpus_tokenizer(manifest, config.model.vocab_size, data_dir,
+                                              agent_texts(config, data_dir))
     stores = {f"{source}/{split}": build_source(source, split, manifest, tok,
                                                 config.data.num_shards, data_dir, progress)
               for source in config.data.mixture for split in layout.SPLITS}

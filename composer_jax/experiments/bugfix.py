@@ -231,6 +231,7 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     RL (on `rl_suite_options` if given, else SFT's suite options), and the paired final
     evaluation; returns the record written to `out`."""
     from composer_jax.rl.learner import mcnemar
+    from composer_jax.rl.train import copy_warmup as copy_warmup_steps
     from composer_jax.rl.train import run_rl, run_sft, task_ids
 
     c.rl.optim.steps = c.rl.steps
@@ -244,7 +245,7 @@ def run_bench(c, work: pathlib.Path, *, copy_warmup: int, final_eval_tasks: int,
     if copy_warmup:
         init_from = str(work / "copy_warmup" / "checkpoints")
         if not pathlib.Path(init_from).exists():
-            warmup = longhorizon.copy_warmup(c, work / "copy_warmup", copy_warmup)
+            warmup = copy_warmup_steps(c, work / "copy_warmup", copy_warmup)[0]
             print("copy warm-up", warmup, flush=True)
     sft_dir, sft_record = work / "sft", work / "sft" / "sft.json"
     if not (sft_dir / "checkpoints").exists():

@@ -60,40 +60,6 @@ def train_tokenizer(c, path: pathlib.Path) -> None:
     Tokenizer.train(texts * 4, vocab_size=c.model.vocab_size).save(path)
 
 
-def copy_sequence(rng: np.random.Generator, pool: np.ndarray):
-    """[noise][marker span][noise][marker span], loss on the repeated span. Offsets and lengths
-    vary, so copying needs content matching (previous-token + induction heads), not a fixed
-    positional offset."""
-    from composer_jax.rl import segments
-
-    marker, span = rng.choice(pool), rng.choice(pool, rng.integers(2, 9))
-    a, b = rng.choice(pool, rng.integers(0, 17)), rng.choice(pool, rng.integers(1, 33))
-    tokens = np.concatenate([a, [marker], span, b, [marker], span]).astype(np.int32)
-    mask = np.zeros(len(tokens), np.float32)
-    mask[-len(span):] = 1.0
-    return segments.TrainSeq(tokens, mask, np.zeros(len(tokens), np.float32), 1.0)
-
-
-def copy_warmup(c, out_dir: pathlib.Path, steps: int, n_seqs: int = 16384, log=print) -> dict:
-    """Induction warm-up on `copy_sequence`s. On the demonstrations alone the 2-layer policy
-    stayed at chance (1/32) on every copied secret word after 1,200 SFT steps; this gives it the
-    copying circuit first, standing in for what mid-training on real code gives a larger model."""
-    from composer_jax.data.tokenizer import Tokenizer
-    from composer_jax.rl.train import build, train_and_save_sft
-
-    tok = Tokenizer.load(c.rl.tokenizer)
-    pool = np.array(sorted(set(range(tok.vocab_size)) - set(tok.special_ids.values())), np.int32)
-    rng = np.random.default_rng(int(c.seed))
-    seqs = [copy_sequence(rng, pool) for _ in range(n_seqs)]
-    cw = copy.deepcopy(c)
-    cw.sft.optim.update(steps=steps, warmup_steps=min(50, steps // 10))
-    run = build(cw, cw.sft.optim, engine=False)
-    t = time.perf_counter()
-    history = train_and_save_sft(cw, run, seqs, ["copy-warmup"], out_dir, log)
-    return dict(steps=steps, sequences=n_seqs, train_s=time.perf_counter() - t, final_loss=history[-1]["loss"],
-                final_mean_target_prob=history[-1]["mean_target_prob"])
-
-
 def mean_target_prob_by_class(log_probs, seqs, class_of, names) -> dict:
     """Mean probability of every trained token (`loss_mask`) of `seqs` under `log_probs(tokens)`
     ([t, vocab] log-probs of the next token), grouped by `class_of(token)`, one of `names`."""
@@ -129,7 +95,7 @@ def copy_probe(c, checkpoints: str, seqs, n: int = 60) -> dict:
 
 
 def main(argv=None):
-    from composer_jax.rl.train import run_sft, task_ids
+    from composer_jax.rl.train import copy_warmup, run_sft, task_ids
 
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", default="runs/rl_bench")
@@ -196,7 +162,7 @@ def main(argv=None):
     if args.copy_warmup and not args.sft_from:
         init_from = str(work / "copy_warmup" / "checkpoints")
         if not (work / "copy_warmup" / "checkpoints").exists():
-            warmup_out = copy_warmup(cs, work / "copy_warmup", args.copy_warmup)
+            warmup_out = copy_warmup(cs, work / "copy_warmup", args.copy_warmup)[0]
             print("copy warm-up", warmup_out, flush=True)
     sft_record = sft_dir / "sft.json"  # kept beside the checkpoint: later runs reuse both
     if not (sft_dir / "checkpoints").exists():

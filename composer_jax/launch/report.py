@@ -75,6 +75,12 @@ def rl_gain(records: dict[str, dict]) -> dict | None:
                 only_before=test["only_b"])
 
 
+def held_out_transcript(records: dict[str, dict]) -> str:
+    """The RL stage's last evaluation's rendered episode (rl/learner.py evaluate)."""
+    evals = records.get("rl", {}).get("metrics", {}).get("evals", {})
+    return evals[max(evals, key=int)].get("transcript", "") if evals else ""
+
+
 def write_report(workdir: pathlib.Path, records: dict[str, dict]) -> pathlib.Path:
     out = workdir / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -104,6 +110,13 @@ def write_report(workdir: pathlib.Path, records: dict[str, dict]) -> pathlib.Pat
                  f"{gain['before_pass_rate']:.3f} before (the SFT policy) -> {gain['after_pass_rate']:.3f} after "
                  f"{gain['after_step']} steps; passed only after {gain['only_after']}, only before "
                  f"{gain['only_before']}, McNemar p = {gain['mcnemar_p']:.3g}"]
+    transcript = held_out_transcript(records)
+    if transcript:
+        (out / "transcript.md").write_text(
+            "# One held-out episode of the final policy\n\nEach segment is one context window; a later "
+            "segment starts from the summary the policy wrote before the reset.\n\n```\n" + transcript + "\n```\n")
+        rows += ["", "One held-out episode of the final policy, segment by segment, with the summaries it "
+                 "carried across resets: [transcript.md](transcript.md)"]
     images = "\n".join(f"![{p}]({p})" for p in plots if p)
     (out / "report.md").write_text("# Pipeline report\n\n" + "\n".join(rows) + "\n\n" + images + "\n")
     summary = dict(stages={n: dict(seconds=r.get("seconds"), metrics=r.get("metrics")) for n, r in records.items()},

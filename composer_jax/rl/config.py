@@ -105,6 +105,8 @@ class SFTConfig:
     init_from: str
     batch_rows: int
     optim: OptimConfig
+    successful_only: bool = True  # False: failed demonstrations are cloned too (an imperfect demonstrator)
+    copy_warmup: int = 0  # steps of copy drills (rl/drills.py) before the demonstrations
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> SFTConfig:

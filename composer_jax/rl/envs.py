@@ -67,6 +67,19 @@ def task_ids(rl_cfg, split: str) -> list[str]:
         env.close()
 
 
+def agent_texts(rl_cfg, tasks: int) -> list[str]:
+    """What the policy will read, for a tokenizer's corpus: the harness's own text (summary
+    instruction, system prompt) and the suite's `tokenizer_texts` of `tasks` train tasks."""
+    from composer_jax.harness.protocol import SUMMARIZE_INSTRUCTION
+
+    env = local_factory(rl_cfg)()
+    try:
+        texts = env.unwrapped.suite.tokenizer_texts(env, tasks)
+    finally:
+        env.close()
+    return [SUMMARIZE_INSTRUCTION, str(rl_cfg.system_prompt), *texts]
+
+
 class RunEnvs:
     def __init__(self, config):
         self.fleet = FleetConfig.from_config(config.fleet)

@@ -31,6 +31,7 @@ from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.engine import expert_shape
 from composer_jax.rl.losses import LossConfig, policy_loss
 from composer_jax.rl.trajectory import Episode
+from composer_jax.rl.transcript import format_episode
 from composer_jax.sharding import batch_sharding, logical_to_spec
 from composer_jax.train.step import TrainState, next_token_targets
 from composer_jax.train.update import jit_update, update
@@ -282,7 +283,9 @@ class Learner:
 def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1,
              outcomes: bool = False) -> dict[str, Any]:
     """Pass rate on held-out tasks (`samples` rollouts each) with a 95% Wilson interval;
-    `outcomes` adds `passed`, one 0/1 per episode in task order, for paired comparisons."""
+    `outcomes` adds `passed`, one 0/1 per episode in task order, for paired comparisons, and
+    `transcript`: one episode rendered segment by segment (rl/transcript.py), the first that
+    passed across a context reset when there is one."""
     loop.rollout = dataclasses.replace(loop.rollout, seed=seed)
     episodes = loop.run([{"options": {"task_id": t}} for t in task_ids for _ in range(samples)],
                         progress="evaluation")
@@ -292,6 +295,8 @@ def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1,
     out = dict(episode_stats(episodes), n=n, tasks=len(task_ids), pass_rate=p, ci95_low=lo, ci95_high=hi)
     if outcomes:
         out["passed"] = passed(episodes)
+        shown = sorted(episodes, key=lambda e: (not (e.reward >= 1 and len(e.segments) > 1), len(e.segments) < 2))
+        out["transcript"] = format_episode(shown[0], loop.tokenizer) if shown else ""
     return out
 
 

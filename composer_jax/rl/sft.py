@@ -24,7 +24,8 @@ from composer_jax.train.update import jit_update, update
 
 
 def demo_sequences(episodes: Sequence[Episode], *, successful_only: bool = True) -> list[segments.TrainSeq]:
-    """Every segment of every (successful) demonstration, policy tokens masked in."""
+    """Every segment of every (successful) demonstration, policy tokens masked in. With
+    `successful_only=False` failed ones too: cloning an imperfect demonstrator as it is."""
     out = []
     for ep in episodes:
         if successful_only and ep.reward < 1.0:

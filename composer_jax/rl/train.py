@@ -207,7 +207,8 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
     else:
         with RunEnvs(config) as envs:
             demos = demonstrations(config, ids, envs.factory(config.rl, "train"))
-        seqs, demo_pass = sft.demo_sequences(demos), float(np.mean([d.reward >= 1 for d in demos]))
+        seqs = sft.demo_sequences(demos, successful_only=bool(s.successful_only))
+        demo_pass = float(np.mean([d.reward >= 1 for d in demos]))
         if not seqs:
             raise RuntimeError(f"none of {len(demos)} demonstrations succeeded (end reasons: "
                                f"{dict(collections.Counter(d.end_reason for d in demos))}); check "
@@ -217,12 +218,39 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
             partial.write_bytes(pickle.dumps((seqs, demo_pass)))
             partial.replace(demos_cache)
     t1 = time.perf_counter()
+    warmup = None
+    if int(s.copy_warmup):
+        warmup, init_from = copy_warmup(config, workdir / "copy_warmup", int(s.copy_warmup), init_from, log)
+    t2 = time.perf_counter()
     run = build(config, s.optim, init_from=init_from, engine=False)
     history = train_and_save_sft(config, run, seqs, ids, workdir, log)
     return dict(demos=len(ids), demo_pass_rate=demo_pass, sequences=len(seqs), demo_s=t1 - t0,
-                train_s=time.perf_counter() - t1, steps=int(s.optim.steps), lr=float(s.optim.lr),
-                init_from=init_from, final_loss=history[-1]["loss"],
+                copy_warmup=warmup, train_s=time.perf_counter() - t2, steps=int(s.optim.steps),
+                lr=float(s.optim.lr), init_from=init_from, final_loss=history[-1]["loss"],
                 final_mean_target_prob=history[-1]["mean_target_prob"])
+
+
+def copy_warmup(config, workdir: pathlib.Path, steps: int, init_from: str = "", log=print,
+                n_seqs: int = 16384) -> tuple[dict, str]:
+    """`steps` SFT steps on copy drills (rl/drills.py) from `init_from`, checkpointed under
+    WORKDIR/checkpoints (reused when there); returns (its record, that checkpoints directory)."""
+    from composer_jax.rl.drills import copy_drills
+
+    out = workdir / "checkpoints"
+    record = workdir / "copy_warmup.json"
+    if out.exists() and record.exists():
+        return json.loads(record.read_text()), str(out)
+    cw = copy.deepcopy(config)
+    with cw.unlocked():
+        cw.sft.optim.update(steps=steps, warmup_steps=min(50, steps // 10))
+    seqs = copy_drills(load_tokenizer(cw.rl), n_seqs, seeds(cw).sft)
+    run = build(cw, cw.sft.optim, init_from=init_from, engine=False)
+    t = time.perf_counter()
+    history = train_and_save_sft(cw, run, seqs, ["copy-drills"], workdir, lambda line: log("copy " + line))
+    result = dict(steps=steps, sequences=n_seqs, train_s=time.perf_counter() - t, final_loss=history[-1]["loss"],
+                  final_mean_target_prob=history[-1]["mean_target_prob"])
+    record.write_text(json.dumps(result))
+    return result, str(out)
 
 
 def step_line(step: int, metrics: dict) -> str:

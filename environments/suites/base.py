@@ -50,6 +50,14 @@ class TaskSuite(abc.ABC):
         (rl.reward_judge > 0), or None: the suite has no summary rubric."""
         return None
 
+    def tokenizer_texts(self, env, tasks: int) -> list[str]:
+        """Text of this suite's episodes for a tokenizer's corpus (data.tokenizer_agent_tasks):
+        the expert's transcripts of the first `tasks` train tasks, played in `env` and rendered
+        as the policy reads them."""
+        from composer_jax.harness.protocol import render_conversation
+        from environments.experts import run_plan
+        return [render_conversation(run_plan(env, task_id=t).messages()) for t in self.task_ids("train")[:tasks]]
+
     def unknown(self, task_id: str) -> UnknownTaskError:
         sample = ", ".join(self.task_ids("validation")[:3])
         return UnknownTaskError(f"{self.name} has no task {task_id!r} (ids look like: {sample})")

@@ -79,6 +79,9 @@ class LongHorizonOptions:
     hops: int = 6  # notes after the start note, each a required read
     filler_lines: int = 30  # filler lines per note (file size)
     secrets: str = "hex"  # hex | words (see the module docstring)
+    # The scripted expert (SFT's demonstrator) leaves the access key out of a summary with this
+    # probability: an imperfect demonstrator, so RL has a summary habit to improve on.
+    expert_drop_key: float = 0.0
     train_size: int = 10_000
     validation_size: int = 200
 
@@ -91,6 +94,8 @@ class LongHorizonOptions:
             raise ValueError(f"secrets={self.secrets!r} must be one of {SECRETS}")
         if self.secrets == "words" and self.hops > len(NOTE_WORDS):
             raise ValueError(f"secrets='words' names notes from {len(NOTE_WORDS)} words: hops={self.hops} is too many")
+        if not 0.0 <= self.expert_drop_key <= 1.0:
+            raise ValueError(f"expert_drop_key={self.expert_drop_key} must be in [0, 1]")
         if self.train_size < 1 or self.validation_size < 1:
             raise ValueError("train_size and validation_size must be positive")
 
@@ -183,7 +188,17 @@ class LongHorizonSuite(TaskSuite):
 
     def scripted_policy(self, env):
         from environments.scripted import NoteChainPolicy
-        return NoteChainPolicy(env)
+        return NoteChainPolicy(env, drop_key=self.options.expert_drop_key)
+
+    def tokenizer_texts(self, env, tasks: int) -> list[str]:
+        """The transcripts, and with word secrets every secret word as it appears (in backticks,
+        in quotes; a note's path four times) 64 times, so a tokenizer trained on enough of this text
+        makes each word one token: the policy's job is then to carry it, not to spell it."""
+        texts = super().tokenizer_texts(env, tasks)
+        if self.options.secrets == "words":
+            texts += ["\n".join([f"`{w}` '{w}'" for w in KEY_WORDS + FRAGMENT_WORDS]
+                                + [f"docs/note_{w}.md" for w in NOTE_WORDS for _ in range(4)])] * 64
+        return texts
 
     def summary_rubric(self, task: Task) -> list:
         """Did a summary keep what the run needs to continue: the key and the fragments found?"""
