@@ -13,7 +13,7 @@ SMALL = ["--config.train.steps=6", "--config.train.eval_every=3", "--config.trai
          "--config.sft.optim.steps=3", "--config.sft.demos=4", "--config.rl.steps=1",
          "--config.rl.optim.steps=1", "--config.rl.groups_per_step=1", "--config.rl.group_size=2",
          "--config.rl.max_sampling_rounds=0", "--config.rl.eval_tasks=2",
-         "--config.pipeline.eval_tasks=1", "--config.sft.copy_warmup=2", "--config.data.tokenizer_agent_tasks=2"]
+         "--config.pipeline.eval_tasks=1", "--config.sft.copy_warmup=2"]
 
 
 def launch(workdir, *extra):

@@ -43,7 +43,7 @@ from composer_jax.rl.config import validate
 from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.engine_host import RolloutEngine, TeacherForcedOnly
 from composer_jax.rl.envs import RunEnvs, local_factory, task_ids
-from composer_jax.rl.learner import Learner, evaluate, full_state
+from composer_jax.rl.learner import Learner, evaluate, full_state, wilson
 from composer_jax.rl.rollout_config import RolloutConfig
 from composer_jax.seeds import seeds
 from composer_jax.sharding import make_mesh
@@ -359,7 +359,15 @@ def evaluate_policy(config, init_from: str, suites: dict[str, str], tasks: int, 
             try:
                 ids = task_ids(rl_cfg, "validation")[:int(tasks)]
                 with jax.set_mesh(run.mesh):
-                    results[name] = evaluate(loop, ids, seed=seeds(config).eval, outcomes=True)
+                    try:
+                        results[name] = evaluate(loop, ids, seed=seeds(config).eval, outcomes=True)
+                    except ConfigError as e:  # every prompt too long for the window
+                        if env_id == config.rl.env_id:
+                            raise
+                        # another suite's prompts may all exceed this run's window: scored 0, said so
+                        lo, hi = wilson(0.0, len(ids))
+                        results[name] = dict(n=len(ids), tasks=len(ids), pass_rate=0.0, ci95_low=lo, ci95_high=hi,
+                                             passed=[0] * len(ids), end_prompt_too_long=float(len(ids)), error=str(e))
             finally:
                 loop.close()
         log(f"eval {name}: {sum(results[name]['passed'])}/{results[name]['n']} passed")
