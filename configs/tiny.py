@@ -112,6 +112,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         )
     )
 
+    # Sampling of every evaluation (rl.train's, the pipeline's, the experiments'), declared apart
+    # from the training rollouts' (temperature 0 = greedy); budgets and shapes are `rollout`'s.
+    c.eval_rollout = ml_collections.ConfigDict(dict(temperature=1.0, top_p=1.0))
+
     c.launch = ml_collections.ConfigDict(
         dict(
             slice="v5e-8",  # for --launch_mode=vertex|gke; `local` runs on this machine

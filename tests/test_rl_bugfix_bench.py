@@ -107,7 +107,7 @@ def test_eval_checkpoints_pairs_every_policy_with_the_first(tmp_path, monkeypatc
     (tmp_path / "tokenizer.json").write_text("{}")
     tok = [f"--config.rl.tokenizer={tmp_path / 'tokenizer.json'}"]
     out = tmp_path / "eval.json"
-    bench.main(["--quick", "--eval", f"sft={tmp_path / 'a'}", f"rl={tmp_path / 'b'}", "--config.rollout.temperature=0.0",
+    bench.main(["--quick", "--eval", f"sft={tmp_path / 'a'}", f"rl={tmp_path / 'b'}", "--config.eval_rollout.temperature=0.0",
                 *tok, "--out", str(out)])
     rec = json.loads(out.read_text())
     assert rec["temperature"] == 0.0 and rec["validation_tasks"] == 4 and rec["pass_rates"] == {"sft": 0.25, "rl": 0.75}

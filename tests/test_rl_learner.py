@@ -140,3 +140,28 @@ def test_at_negative_weight_0_only_runs_above_the_baseline_are_packed():
     rows, counts = lrn.batch_rows(groups)
     assert counts["sequences"] == above  # one segment per toy episode
     assert np.all(rows.advantages[rows.loss_mask > 0] > 0)
+
+
+def test_evaluations_sample_as_eval_rollout_says_and_give_training_its_sampling_back(runs):
+    """`eval_rollout` (here greedy) is how evaluations sample, apart from the training rollouts'
+    `rollout.temperature`; the engine's own sampling comes back after each evaluation."""
+    from composer_jax.errors import ConfigError
+    from composer_jax.rl.config import validate
+    from composer_jax.rl.learner import evaluate
+    from composer_jax.rl.train import build, eval_sampling
+
+    c = toy_config(2)
+    c.eval_rollout.temperature = 0.0
+    run = build(c, None, init_from=str(runs[0] / "checkpoints"))
+    ids = [f"toy-validation-{i}" for i in range(5)]
+    with jax.set_mesh(run.mesh):
+        greedy = [evaluate(run.loop, ids, seed=s, outcomes=True, sampling=eval_sampling(c)) for s in (1, 2)]
+        sampled = [evaluate(run.loop, ids, seed=s, outcomes=True) for s in (1, 2)]
+        again = evaluate(run.loop, ids, seed=1, outcomes=True, sampling=(1.0, 1.0))
+    run.loop.close()
+    assert greedy[0]["transcript"] == greedy[1]["transcript"]  # greedy: the seed does not matter
+    assert sampled[0]["transcript"] != sampled[1]["transcript"]  # training sampling (T=1) is back
+    assert again["transcript"] == sampled[0]["transcript"]
+    c.eval_rollout.temperature = -1.0
+    with pytest.raises(ConfigError, match=r"eval_rollout.temperature=-1.0"):
+        validate(c)

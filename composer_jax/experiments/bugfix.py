@@ -7,7 +7,7 @@
         --rl_drill_source methods --out benchmarks/results/rl_bugfix_methods.json  # RL on unseen functions
     python -m composer_jax.experiments.bugfix --eval sft=runs/rl_bugfix/sft/checkpoints \
         rl=runs/rl_bugfix/rl/checkpoints --config.rl.tokenizer=runs/rl_bugfix/tokenizer.json \
-        --config.rollout.temperature=0.0 --out greedy.json    # paired evaluation, greedy decoding
+        --config.eval_rollout.temperature=0.0 --out greedy.json    # paired evaluation, greedy decoding
 
 The tier: single-bug BugFix tasks (HumanEval functions and the hand-written packages, one AST
 mutant each) whose prompt names the bug's line, as a traceback would (`hint_line`). On plain
@@ -117,7 +117,7 @@ def eval_base(c, tasks: int, out: str, argv: list[str]) -> None:
 
 def eval_checkpoints(c, items: list[str], tasks: int, out: str, argv: list[str]) -> None:
     """Only evaluate NAME=CHECKPOINTS_DIR policies on the same validation episodes, each paired
-    with the first (e.g. greedy decoding of SFT and RL policies: `--config.rollout.temperature=0.0`)."""
+    with the first (e.g. greedy decoding of SFT and RL policies: `--config.eval_rollout.temperature=0.0`)."""
     from composer_jax.rl.learner import mcnemar
     from composer_jax.rl.train import task_ids
 
@@ -136,7 +136,7 @@ def eval_checkpoints(c, items: list[str], tasks: int, out: str, argv: list[str])
     fe = final_eval(c, policies, ids)
     first = fe[next(iter(policies))]["passed"]
     write_result(out, dict(bench="rl_bugfix_eval", config=str(c.name), argv=argv, seed=int(c.seed),
-                           suite_options=dict(c.rl.suite_options), temperature=float(c.rollout.temperature),
+                           suite_options=dict(c.rl.suite_options), temperature=float(c.eval_rollout.temperature),
                            validation_tasks=len(ids), policies={k: str(v) for k, v in policies.items()},
                            pass_rates={k: v["pass_rate"] for k, v in fe.items()},
                            paired_vs_first={k: mcnemar(v["passed"], first) for k, v in fe.items()},

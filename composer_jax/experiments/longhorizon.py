@@ -182,10 +182,10 @@ def main(argv=None):
     eval_ids = task_ids(c.rl, "validation")[:int(c.rl.eval_tasks)]
     if args.sft_only:
         from composer_jax.rl.learner import evaluate
-        from composer_jax.rl.train import build
+        from composer_jax.rl.train import build, eval_sampling
 
         run = build(c, c.rl.optim, init_from=str(sft_dir / "checkpoints"))
-        ev = evaluate(run.loop, eval_ids, seed=int(c.seed) + 7_777_777)
+        ev = evaluate(run.loop, eval_ids, seed=int(c.seed) + 7_777_777, sampling=eval_sampling(c))
         run.loop.close()
         print("sft eval", {k: v for k, v in ev.items() if not isinstance(v, list)}, flush=True)
         return
@@ -273,6 +273,7 @@ def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks:
     """Each arm's final policy on validation tasks of growing length (more notes to follow):
     pass rate against transcript length in windows."""
     from composer_jax.rl.learner import evaluate
+    from composer_jax.rl.train import eval_sampling
     from environments.suites.longhorizon import task_id
 
     c = copy.deepcopy(c)
@@ -286,7 +287,7 @@ def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks:
         for hops in hops_values:
             ids = [task_id("validation", hops, int(opts["filler_lines"]), i, opts.get("secrets", "hex"))
                    for i in range(tasks)]
-            ev = evaluate(loop, ids, seed=int(c.seed) + 9_999)
+            ev = evaluate(loop, ids, seed=int(c.seed) + 9_999, sampling=eval_sampling(c))
             points.append(dict(hops=hops, pass_rate=ev["pass_rate"], ci95=[ev["ci95_low"], ev["ci95_high"]],
                                reward=ev["reward"], transcript_tokens=ev["transcript_tokens"],
                                transcript_windows=ev["transcript_tokens"] / int(c.rollout.window),
@@ -300,7 +301,7 @@ def length_sweep(c, work: pathlib.Path, arms=ARMS, hops_values=(1, 2, 3), tasks:
 def suite_eval(c, work: pathlib.Path, env_id: str, tasks: int = 16) -> dict:
     """The SFT policy and the trained-summary RL policy on another suite's validation tasks."""
     from composer_jax.rl.learner import evaluate
-    from composer_jax.rl.train import task_ids
+    from composer_jax.rl.train import eval_sampling, task_ids
 
     env_cfg = copy.deepcopy(c.rl)
     env_cfg.env_id, env_cfg.suite_options = env_id, {}
@@ -309,7 +310,7 @@ def suite_eval(c, work: pathlib.Path, env_id: str, tasks: int = 16) -> dict:
     run, out = _engine(c), dict(env=env_id, tasks=len(ids))
     for label, ckpt in (("before", work / "sft" / "checkpoints"), ("after", work / "trained_summary" / "checkpoints")):
         loop = _policy_loop(run, str(ckpt), env_cfg)
-        ev = evaluate(loop, ids, seed=int(c.seed) + 5_555)
+        ev = evaluate(loop, ids, seed=int(c.seed) + 5_555, sampling=eval_sampling(c))
         loop.close()
         out[label] = {k: v for k, v in ev.items() if not isinstance(v, list)}
     return out
@@ -352,10 +353,11 @@ def eval_policy(run, name: str, checkpoints, c, ids: list[str], rollout: dict | 
     """The params under `checkpoints` on `ids` (the final-evaluation seed), with each episode's
     outcome and the wall time; printed."""
     from composer_jax.rl.learner import evaluate
+    from composer_jax.rl.train import eval_sampling
 
     t = time.perf_counter()
     loop = _policy_loop(run, str(checkpoints), c.rl, rollout)
-    ev = evaluate(loop, ids, seed=int(c.seed) + 3_333, outcomes=True)
+    ev = evaluate(loop, ids, seed=int(c.seed) + 3_333, outcomes=True, sampling=eval_sampling(c))
     loop.close()
     print(f"final eval {name}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.3f}, {ev['ci95_high']:.3f}] "
           f"reward {ev['reward']:.3f} n={ev['n']}", flush=True)

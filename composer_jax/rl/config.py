@@ -114,6 +114,22 @@ class SFTConfig:
         return _build(cls, values, "sft", optim=OptimConfig.from_config(values.pop("optim", {}), "sft.optim"))
 
 
+@dataclasses.dataclass(frozen=True)
+class EvalRolloutConfig:
+    """Sampling of every evaluation, declared apart from the training rollouts' (`rollout`)."""
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any]) -> EvalRolloutConfig:
+        out = _build(cls, values, "eval_rollout")
+        if out.temperature < 0:
+            raise ConfigError(f"eval_rollout.temperature={out.temperature}: must be >= 0 (0 = greedy)")
+        if not 0 < out.top_p <= 1:
+            raise ConfigError(f"eval_rollout.top_p={out.top_p}: must be in (0, 1]")
+        return out
+
+
 def validate(config) -> None:
     """Every typed block of `config` (model, rollout, rl, sft, fleet): the first bad field is a
     ConfigError naming it. Entry points call this before any work starts."""
@@ -126,3 +142,4 @@ def validate(config) -> None:
     RLConfig.from_config(config.rl)
     SFTConfig.from_config(config.sft)
     FleetConfig.from_config(config.fleet)
+    EvalRolloutConfig.from_config(config.get("eval_rollout", {}))

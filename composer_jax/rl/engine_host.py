@@ -185,6 +185,7 @@ class RolloutEngine:
                         decode=pin((w, st, rows(), rows(), rows(None), rep, rep, rep), (st, decoded)),
                         clear=pin((st, rep), st), seed=pin((st, rep, rep), st))
         self.state, self._sampling = state, sampling
+        self._sampling_sharding = rep if mesh is not None else None
         self._params: list[jax.Array] = []
         self.set_params(params)
 
@@ -224,6 +225,16 @@ class RolloutEngine:
         if self._param_shardings is not None:
             flat = jax.device_put(flat, self._param_shardings)
         self._params = flat
+
+    def set_sampling(self, temperature: float, top_p: float) -> tuple[float, float]:
+        """Sampling of the next generations (evaluations sample apart from training rollouts);
+        they are arguments of the compiled programs, so nothing recompiles. Returns the old pair."""
+        old = (float(self._sampling[0]), float(self._sampling[1]))
+        sampling = (jnp.float32(temperature), jnp.float32(top_p), self._sampling[2])
+        if self._sampling_sharding is not None:
+            sampling = jax.device_put(sampling, self._sampling_sharding)
+        self._sampling = sampling
+        return old
 
     @property
     def params(self) -> nnx.State:

@@ -281,14 +281,20 @@ class Learner:
 
 
 def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1,
-             outcomes: bool = False) -> dict[str, Any]:
+             outcomes: bool = False, sampling: tuple[float, float] | None = None) -> dict[str, Any]:
     """Pass rate on held-out tasks (`samples` rollouts each) with a 95% Wilson interval;
     `outcomes` adds `passed`, one 0/1 per episode in task order, for paired comparisons, and
     `transcript`: one episode rendered segment by segment (rl/transcript.py), the first that
-    passed across a context reset when there is one."""
+    passed across a context reset when there is one. `sampling`: (temperature, top_p) of this
+    evaluation (`eval_rollout` in the config), the engine's own restored after it."""
     loop.rollout = dataclasses.replace(loop.rollout, seed=seed)
-    episodes = loop.run([{"options": {"task_id": t}} for t in task_ids for _ in range(samples)],
-                        progress="evaluation")
+    restore = loop.engine.set_sampling(*sampling) if sampling is not None else None
+    try:
+        episodes = loop.run([{"options": {"task_id": t}} for t in task_ids for _ in range(samples)],
+                            progress="evaluation")
+    finally:
+        if restore is not None:
+            loop.engine.set_sampling(*restore)
     n = len(episodes)
     p = pass_rate(episodes)
     lo, hi = wilson(p, n)

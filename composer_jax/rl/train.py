@@ -39,7 +39,7 @@ from composer_jax.model.create import abstract_model, create_sharded
 from composer_jax.rl import judge as judge_lib
 from composer_jax.rl import sft
 from composer_jax.rl.agent import AgentLoop
-from composer_jax.rl.config import validate
+from composer_jax.rl.config import EvalRolloutConfig, validate
 from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.engine_host import RolloutEngine, TeacherForcedOnly
 from composer_jax.rl.envs import RunEnvs, local_factory, task_ids
@@ -55,6 +55,13 @@ from composer_jax.train.step import create_train_state
 
 def rollout_config(config, **overrides) -> RolloutConfig:
     return dataclasses.replace(RolloutConfig.from_config(config.rollout), **overrides)
+
+
+def eval_sampling(config) -> tuple[float, float]:
+    """(temperature, top_p) of every evaluation: `eval_rollout`, declared apart from the training
+    rollouts' `rollout.temperature` / `rollout.top_p`."""
+    e = EvalRolloutConfig.from_config(config.get("eval_rollout", {}))
+    return e.temperature, e.top_p
 
 
 def load_tokenizer(rl_cfg) -> Tokenizer:
@@ -306,7 +313,8 @@ def _train_rl(config, fleet: FleetConfig, run: Run, workdir: pathlib.Path, log, 
     evals, last = {}, {}
 
     def run_eval(step):
-        ev = evaluate(run.loop, eval_ids, seed=seed.eval, samples=int(r.eval_samples), outcomes=True)
+        ev = evaluate(run.loop, eval_ids, seed=seed.eval, samples=int(r.eval_samples), outcomes=True,
+                      sampling=eval_sampling(config))
         evals[step] = ev
         writer.write(step, "eval", {k: v for k, v in ev.items() if k != "passed"})
         log(f"eval @ {step}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.3f}, {ev['ci95_high']:.3f}] "
@@ -360,7 +368,8 @@ def evaluate_policy(config, init_from: str, suites: dict[str, str], tasks: int, 
                 ids = task_ids(rl_cfg, "validation")[:int(tasks)]
                 with jax.set_mesh(run.mesh):
                     try:
-                        results[name] = evaluate(loop, ids, seed=seeds(config).eval, outcomes=True)
+                        results[name] = evaluate(loop, ids, seed=seeds(config).eval, outcomes=True,
+                                                 sampling=eval_sampling(config))
                     except ConfigError as e:  # every prompt too long for the window
                         if env_id == config.rl.env_id:
                             raise
