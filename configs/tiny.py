@@ -3,8 +3,8 @@
 Run:
   python -m composer_jax.train.midtrain --config configs/tiny.py --workdir runs/tiny
 Variants (`--config configs/tiny.py:dense`): "" (MoE, default), "dense" (no experts),
-"test" (smaller still, for unit tests), "pipeline" (stage budgets for the ~20-minute
-one-command pipeline, `python launch/xm_launch.py`), "scaling" (the MoE that the
+"test" (smaller still, for unit tests), "pipeline" (the ~18-minute
+one-command pipeline whose RL stage learns, `python launch/xm_launch.py`), "scaling" (the MoE that the
 expert-parallel tests and benchmarks/moe_scaling_bench.py compile on a mesh).
 """
 import ml_collections
