@@ -35,16 +35,16 @@ def validate_data_config(config: ml_collections.ConfigDict) -> None:
                           f"got {dict(data.mixture)}")
 
 
-def agent_texts(config, data_dir) -> list[str]:
+def tokenizer_agent_texts(config, data_dir) -> list[str]:
     """`data.tokenizer_agent_tasks` expert transcripts of the RL env (`rl.env_id`) and the
     harness's text, repeated `data.tokenizer_agent_repeat` times: the tokenizer then covers what
     the policy reads in RL as well as code. Nothing when the tokenizer already exists."""
     tasks = int(config.data.get("tokenizer_agent_tasks", 0))
     if not tasks or layout.tokenizer_path(data_dir).exists():
         return []
-    from composer_jax.rl.envs import agent_texts as texts
+    from composer_jax.rl.envs import agent_texts
 
-    return texts(config.rl, tasks) * int(config.data.get("tokenizer_agent_repeat", 1))
+    return agent_texts(config.rl, tasks) * int(config.data.get("tokenizer_agent_repeat", 1))
 
 
 def corpus_manifest(data: ml_collections.ConfigDict, data_dir) -> Manifest:
@@ -67,7 +67,7 @@ def corpus_manifest(data: ml_collections.ConfigDict, data_dir) -> Manifest:
 def corpus_tokenizer(manifest: Manifest, vocab_size: int, data_dir,
                      extra: Sequence[str] = ()) -> tuple[Tokenizer, float]:
     """(tokenizer, seconds spent training: 0 when reused). Trained on the train split only,
-    plus `extra` texts (agent_texts)."""
+    plus `extra` texts (tokenizer_agent_texts)."""
     path = layout.tokenizer_path(data_dir)
     if path.exists():
         tok = Tokenizer.load(path)
@@ -117,7 +117,7 @@ def build(config: ml_collections.ConfigDict, data_dir, progress: bool = True) ->
     start = time.perf_counter()
     manifest = corpus_manifest(config.data, data_dir)
     tok, tokenizer_seconds = corpus_tokenizer(manifest, config.model.vocab_size, data_dir,
-                                              agent_texts(config, data_dir))
+                                              tokenizer_agent_texts(config, data_dir))
     stores = {f"{source}/{split}": build_source(source, split, manifest, tok,
                                                 config.data.num_shards, data_dir, progress)
               for source in config.data.mixture for split in layout.SPLITS}

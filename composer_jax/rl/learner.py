@@ -301,8 +301,9 @@ def evaluate(loop: AgentLoop, task_ids: list[str], seed: int, samples: int = 1,
     out = dict(episode_stats(episodes), n=n, tasks=len(task_ids), pass_rate=p, ci95_low=lo, ci95_high=hi)
     if outcomes:
         out["passed"] = passed(episodes)
-        shown = sorted(episodes, key=lambda e: (not (e.reward >= 1 and len(e.segments) > 1), len(e.segments) < 2))
-        out["transcript"] = format_episode(shown[0], loop.tokenizer) if shown else ""
+        shown = min(episodes, key=lambda e: (not (e.reward >= 1 and len(e.segments) > 1), len(e.segments) < 2),
+                    default=None)
+        out["transcript"] = format_episode(shown, loop.tokenizer) if shown else ""
     return out
 
 
