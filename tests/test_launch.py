@@ -80,3 +80,18 @@ def test_finished_stages_are_reused_and_markers_are_atomic(tmp_path, monkeypatch
     assert records["a"]["metrics"] == {"value": 1} and records["b"]["metrics"] == {"value": 3}
     stages.run_stages(None, tmp_path, ["b"], log=lambda _: None)  # `a` finished: allowed
     assert calls == ["a", "b", "b"]
+
+
+def test_a_stage_finished_under_another_config_is_refused_and_kept(tmp_path, monkeypatch):
+    """Reusing it would pass one config's outputs off as another's (e.g. an old `make run`)."""
+    from configs.tiny import get_config
+
+    monkeypatch.setattr(stages, "STAGES", {"a": stages.Stage("a", (), lambda c, w: {"lr": c.train.lr}, "first")})
+    config = get_config("test")
+    stages.run_stages(config, tmp_path, log=lambda _: None)
+    before = stages.marker(tmp_path, "a").read_text()
+    assert stages.run_stages(config, tmp_path, log=lambda _: None)["a"]["metrics"] == {"lr": config.train.lr}
+    config.train.lr = 1e-4
+    with pytest.raises(ConfigError, match="stage 'a' finished under a different config"):
+        stages.run_stages(config, tmp_path, log=lambda _: None)
+    assert stages.marker(tmp_path, "a").read_text() == before

@@ -1,13 +1,15 @@
 """Pipeline stages: each reads earlier stages' outputs from the workdir and leaves a marker.
 
 A stage is finished when `workdir/stages/<name>.json` exists (written atomically after the
-stage succeeds, holding its metrics); a rerun skips finished stages, and an interrupted stage
-resumes from its own checkpoints.
+stage succeeds, holding its metrics and the hash of the config it ran with); a rerun skips
+finished stages, and an interrupted stage resumes from its own checkpoints. A finished stage
+of another config is refused: its outputs would pass for this config's.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -108,11 +110,23 @@ def write_marker(path: pathlib.Path, record: dict) -> None:
     os.replace(tmp, path)  # atomic: a crash leaves either no marker or a whole one
 
 
+def config_hash(config) -> str:
+    """The config's identity for stage reuse (every field counts)."""
+    text = "" if config is None else config.to_json_best_effort(sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def run_stages(config, workdir: pathlib.Path, names: Sequence[str] | None = None,
                log: Callable[[str], None] = print) -> dict[str, dict]:
     """Run (or skip, when finished) each selected stage; returns every stage's record."""
-    records = {}
-    for i, stage in enumerate(select(names, workdir), 1):
+    records, identity = {}, config_hash(config)
+    chosen = select(names, workdir)
+    for stage in chosen:  # before any work: a stale stage would feed every later one
+        path = marker(workdir, stage.name)
+        if path.exists() and json.loads(path.read_text()).get("config_hash") != identity:
+            raise ConfigError(f"{path}: stage {stage.name!r} finished under a different config than this "
+                              f"one; use a fresh --workdir (or remove {workdir}: its checkpoints are that config's too)")
+    for i, stage in enumerate(chosen, 1):
         path = marker(workdir, stage.name)
         if path.exists():
             records[stage.name] = json.loads(path.read_text())
@@ -121,7 +135,7 @@ def run_stages(config, workdir: pathlib.Path, names: Sequence[str] | None = None
         log(f"[{i}] {stage.name}: {stage.description}")
         start = time.perf_counter()
         metrics = stage.run(config, workdir)
-        record = dict(stage=stage.name, seconds=time.perf_counter() - start, metrics=metrics)
+        record = dict(stage=stage.name, seconds=time.perf_counter() - start, metrics=metrics, config_hash=identity)
         write_marker(path, record)
         records[stage.name] = record
         log(f"[{i}] {stage.name}: done in {record['seconds']:.0f} s")
