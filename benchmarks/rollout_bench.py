@@ -8,7 +8,9 @@ model through a jit-compiled single-token step (sample inside the jit) called fr
 per token, checking for a stop token on the host, one episode at a time. Decoding a tiny model
 on CPU at small batch is bound by reading the weights every step, so slots are where the
 speed comes from. Agent loop: LongHorizon episodes driven by the (random) model through the
-real environments; reports the fraction of wall time spent waiting on env reset/step.
+real environments; reports the fraction of wall time spent waiting on env reset/step. Resets
+(`--reset_episodes`, alone with `--only_resets`): the same scripted episodes with and without
+`rollout.reset_keeps_prompt`, tokens prefilled per summary reset and episode tokens/s.
 """
 from __future__ import annotations
 
@@ -92,6 +94,32 @@ def agent_loop_env_fraction(graphdef, params, cfg, episodes, slots):
     return dict(loop.stats, episodes=episodes, slots=slots, policy_tokens=generated)
 
 
+def reset_cost(graphdef, params, cfg, episodes, keeps_prompt: bool):
+    """Summary resets with and without keeping the prompt's KV: LongHorizon episodes (8 notes of 8 filler lines,
+    the env's own tool manual as system prompt) played by the scripted expert, teacher-forced
+    through the real engine, so both runs prefill the same tokens except at resets."""
+    from environments.scripted import NoteChainPolicy
+
+    tok = Tokenizer.byte_level()
+    rollout = RolloutConfig(window=4096, summarize_at=0.5, summary_budget=256, turn_budget=256, slots=8,
+                            max_segments=24, max_turns=16, prefill_buckets=(64, 256, 1024),
+                            reset_keeps_prompt=keeps_prompt)
+    engine = RolloutEngine(graphdef, params, cfg, rollout, valid_vocab=tok.vocab_size)
+    make_env = lambda: gym.make("composer/LongHorizon-v0", split="validation", max_turns=16,
+                                suite_options=dict(hops=8, filler_lines=8, validation_size=50))
+    loop = AgentLoop(engine, tok, rollout, make_env, make_policy=NoteChainPolicy)
+    loop.run([{"options": {"task_index": i}} for i in range(8)])  # compile
+    out = loop.run([{"options": {"task_index": i}} for i in range(episodes)])
+    loop.close()
+    tokens = sum(len(s.all_tokens) - len(s.prompt) + (len(s.prompt) if i == 0 else 0)
+                 for ep in out for i, s in enumerate(ep.segments))
+    st = loop.stats
+    return dict(reset_keeps_prompt=keeps_prompt, episodes=episodes, passed=sum(ep.reward == 1.0 for ep in out),
+                resets=st["resets"], prefill_per_reset=st["prefill_per_reset"], prefill_tokens=st["prefill_tokens"],
+                prompt_tokens=len(out[0].segments[0].prompt), prefill_s=st["prefill_s"], wall_s=st["wall_s"],
+                episode_tokens_per_s=tokens / st["wall_s"])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default="configs/tiny.py")
@@ -99,6 +127,9 @@ def main():
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--naive_tokens", type=int, default=128)
     parser.add_argument("--agent_episodes", type=int, default=16)
+    parser.add_argument("--reset_episodes", type=int, default=32,
+                        help="episodes per arm of the reset-cost comparison (0 skips it)")
+    parser.add_argument("--only_resets", action="store_true", help="measure only the reset cost")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     cfg = ModelConfig.from_config(load_config(args.config).model)
@@ -106,14 +137,20 @@ def main():
     graphdef, params = nnx.split(model)
 
     result = dict(config=args.config, prompt_len=args.prompt_len, new_tokens=args.new_tokens)
-    result["naive_tokens_per_s"] = naive_tokens_per_s(model, args.prompt_len, args.naive_tokens)
-    for slots in (1, 8, 32):
-        result[f"engine_tokens_per_s_{slots}"] = engine_tokens_per_s(
-            graphdef, params, cfg, slots, args.prompt_len, args.new_tokens)
-    result["speedup"] = result["engine_tokens_per_s_32"] / result["naive_tokens_per_s"]
-    agent = agent_loop_env_fraction(graphdef, params, cfg, args.agent_episodes, slots=8)
-    result["agent_loop"] = agent
-    result["env_wait_fraction"] = agent["env_fraction"]
+    if not args.only_resets:
+        result["naive_tokens_per_s"] = naive_tokens_per_s(model, args.prompt_len, args.naive_tokens)
+        for slots in (1, 8, 32):
+            result[f"engine_tokens_per_s_{slots}"] = engine_tokens_per_s(
+                graphdef, params, cfg, slots, args.prompt_len, args.new_tokens)
+        result["speedup"] = result["engine_tokens_per_s_32"] / result["naive_tokens_per_s"]
+        agent = agent_loop_env_fraction(graphdef, params, cfg, args.agent_episodes, slots=8)
+        result["agent_loop"] = agent
+        result["env_wait_fraction"] = agent["env_fraction"]
+    if args.reset_episodes:
+        resets = [reset_cost(graphdef, params, cfg, args.reset_episodes, keep) for keep in (False, True)]
+        result["resets"] = resets
+        result["reset_prefill_ratio"] = resets[1]["prefill_per_reset"] / resets[0]["prefill_per_reset"]
+        result["reset_speedup"] = resets[1]["episode_tokens_per_s"] / resets[0]["episode_tokens_per_s"]
     write_result(args.out, result)
 
 

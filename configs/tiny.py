@@ -109,6 +109,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             top_p=1.0,
             max_turns=30,
             prefill_buckets=(64, 256, 1024),  # padded prefill chunk lengths: one compile each
+            reset_keeps_prompt=True,  # a reset keeps the prompt's KV and prefills only the summary
+            compaction="policy",  # who writes the context after a reset: policy | harness (baseline)
         )
     )
 
@@ -159,6 +161,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             eval_every=10,
             checkpoint_every=10,
             keep=3,
+            curriculum=(),  # suite_options overrides, shortest first: a length curriculum (rl/cursor.py)
+            curriculum_promote_at=0.8,  # train pass rate that moves it to the next tier
             loss=dict(name="ppo", clip_low=0.2, clip_high=0.28, gspo_clip_low=3e-4, gspo_clip_high=4e-4,
                       cispo_is_low=1.0, cispo_is_high=0.28, aggregation="token_mean", norm_constant=1024.0,
                       tis_cap=2.0, kl_coef=0.0, kl_estimator="k3", entropy_coef=0.0),

@@ -10,6 +10,7 @@ terminates. Running out of turns truncates (reward 0 unless `grade_on_truncation
 """
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -80,7 +81,7 @@ class CodingEnv(gym.Env):
         self.action_space = text_space()
         self.task = None
         self._workspace = self._toolbox = None
-        self._turn = 0
+        self._turn, self._reads = 0, []
 
     # Episode ------------------------------------------------------------------------------------
 
@@ -93,7 +94,7 @@ class CodingEnv(gym.Env):
         pristine = None if "run" in self.tools else self.task.files
         self._toolbox = Toolbox(self.backend, self._workspace, self.tool_config, pristine=pristine,
                                 quota=self.quota)
-        self._turn = 0
+        self._turn, self._reads = 0, []
         return utf8_text(self.task.prompt), {
             "task_id": self.task.task_id, "suite": self.task.suite, "turn": 0,
             "max_turns": self.max_turns, "system_prompt": system_prompt(self.tools),
@@ -118,9 +119,13 @@ class CodingEnv(gym.Env):
             observation, info["tool"] = result.text, call.name
             if not result.ok:
                 info["tool_error"] = "tool_failed"
+            elif call.name == "read_file":
+                self._reads.append(posixpath.normpath(str(call.arguments.get("path", ""))))
             if call.name in COMMAND_TOOLS and (over := self._over_quota()):
                 observation += f"\n[{over}: submit scores 0 unless you delete files]"
                 info["quota"] = over
+        if (facts := self.suite.carry_facts(self.task, self._reads)) is not None:
+            info["carry_facts"] = facts
         truncated = not terminated and self._turn >= self.max_turns
         if truncated:
             observation += f"\n[turn limit of {self.max_turns} reached]"

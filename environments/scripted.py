@@ -4,10 +4,11 @@ Each suite names its own (`TaskSuite.scripted_policy`): the trainer never picks 
   * `ExpertPolicy`: plays `environments.experts.expert_plan` in order; its summaries only
     count progress (the plan, not the context, carries what it needs).
   * `NoteChainPolicy`: solves LongHorizon from what is in its context alone: it follows the
-    note chain, and when asked to summarise writes down the key, the fragments and the next
-    note. With `carry_facts=False` its summaries keep only the next note, so the facts are
-    lost at a reset: the diagnostic's negative control. With `drop_key=q` each summary leaves
-    the access key out with probability q (seeded by the task): an imperfect demonstrator.
+    note chain, and when asked to summarise writes down the key, the fragments (or each
+    register's latest value: a bounded state however long the chain) and the next note. With
+    `carry_facts=False` its summaries keep only the next note, so the facts are lost at a
+    reset: the diagnostic's negative control. With `drop_key=q` each summary leaves the access
+    key out with probability q (seeded by the task): an imperfect demonstrator.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from environments.experts import expert_plan
 
 KEY = re.compile(r"The access key is `([^`]+)`")
 FRAGMENT = re.compile(r"Fragment (\d+) of (\d+): `([a-z]+|\?)`")  # "?": position only
+REGISTER = re.compile(r"Note (\d+) of (\d+): set `([a-z]+)` to `([a-z]+)`")  # carry="registers"
 NEXT = re.compile(r"Next note: (\S+\.md)")
 LAST = "This is the last note."
 WRITTEN = "config.py is written."
@@ -50,14 +52,20 @@ class NoteChainPolicy:
         """Key, fragments and the pointer after the furthest note, from tool results and summaries."""
         key = KEY.search(context)
         fragments = {int(i): (int(n), text) for i, n, text in FRAGMENT.findall(context) if text != "?"}
+        registers = {}  # name -> (note index, of, value): the latest note that set it
+        for i, n, name, value in REGISTER.findall(context):
+            if int(i) > registers.get(name, (0,))[0]:
+                registers[name] = (int(i), int(n), value)
         pointer, furthest = None, -1
         blocks = re.split(re.escape(st.TOOL_RESULT) + "|" + re.escape(st.SUMMARY_OPEN), context)[1:]
         for block in blocks:
-            indices = [int(i) for i, _, _ in FRAGMENT.findall(block)] or ([0] if KEY.search(block) else [])
-            nxt = NEXT.search(block)
+            indices = ([int(i) for i, _, _ in FRAGMENT.findall(block)] + [int(m[0]) for m in REGISTER.findall(block)]
+                       or ([0] if KEY.search(block) else []))
+            nxt = NEXT.findall(block)[-1:]  # a harness-written summary may keep several: the newest
             if indices and max(indices) > furthest and (nxt or LAST in block):
-                furthest, pointer = max(indices), (nxt.group(1) if nxt else LAST)
-        return dict(key=key.group(1) if key else None, fragments=fragments, pointer=pointer, furthest=furthest,
+                furthest, pointer = max(indices), (nxt[0] if nxt else LAST)
+        return dict(key=key.group(1) if key else None, fragments=fragments, registers=registers,
+                    pointer=pointer, furthest=furthest,
                     written=WRITTEN in context or '"name": "write_file"' in context)
 
     def act(self, context: str) -> str:
@@ -67,8 +75,11 @@ class NoteChainPolicy:
         if f["pointer"] != LAST:
             return format_tool_call("read_file", path=f["pointer"])
         if not f["written"]:
-            joined = "-".join(text for _, (_, text) in sorted(f["fragments"].items()))
-            content = f"ACCESS_KEY = {f['key'] or ''!r}\nFRAGMENTS = {joined!r}\n"
+            content = f"ACCESS_KEY = {f['key'] or ''!r}\n"
+            if f["registers"]:
+                content += "".join(f"{name.upper()} = {v!r}\n" for name, (_, _, v) in sorted(f["registers"].items()))
+            else:
+                content += f"FRAGMENTS = {'-'.join(text for _, (_, text) in sorted(f['fragments'].items()))!r}\n"
             return format_tool_call("write_file", path="config.py", content=content)
         return format_tool_call("submit")
 
@@ -79,6 +90,8 @@ class NoteChainPolicy:
             if f["key"] and not (self.drop_key and self.rng.random() < self.drop_key):
                 lines.append(f"The access key is `{f['key']}`.")
             lines += [f"Fragment {i} of {n}: `{text}`" for i, (n, text) in sorted(f["fragments"].items())]
+            lines += [f"Note {i} of {n}: set `{name}` to `{v}`."
+                      for name, (i, n, v) in sorted(f["registers"].items(), key=lambda kv: kv[1])]
         elif f["furthest"] >= 0:  # keep the position in the chain but forget what was found
             lines.append(f"Fragment {f['furthest']} of 0: `?`")
         if f["pointer"] is not None:

@@ -1,4 +1,6 @@
 """Agent loop: continuous batching, self-summarisation on LongHorizon, and bad input."""
+import dataclasses
+
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -216,6 +218,40 @@ def test_longhorizon_summaries_carry_the_facts_across_resets(long_engine, tokeni
         summary = seg.turns[-1]
         assert summary.kind == "summary" and all(seg.loss_mask[summary.start:summary.end])
     assert all(ep.reward == 0.0 and ep.end_reason == "submit" for ep in forget)
+
+
+def test_compaction_error_counts_the_facts_a_summary_dropped(long_engine, tokenizer):
+    """On the registers tier (24 notes, ~4 windows) the env names the facts later turns need:
+    the expert's summaries keep all of them at a bounded length and it passes; summaries that
+    keep only the position drop the key at every reset; the harness baseline (sliding window of
+    fact-like lines, no policy summary) keeps them while they fit, then drops the oldest (the key)."""
+    from composer_jax.rl.learner import episode_stats
+
+    rollout = dataclasses.replace(LONG, summary_budget=320, max_turns=40)
+    free = TeacherForcedOnly(long_engine.cfg, rollout)
+    env = longhorizon_env(hops=24, filler_lines=2, secrets="words", carry="registers")
+    tasks = [{"options": {"task_index": i}} for i in range(2)]
+
+    def run(policy, **changes):
+        r = dataclasses.replace(rollout, **changes)
+        return AgentLoop(free, tokenizer, r, env, make_policy=policy).run(tasks)
+
+    carry, forget = run(NoteChainPolicy), run(lambda e: NoteChainPolicy(e, carry_facts=False))
+    harness = run(NoteChainPolicy, compaction="harness")
+    check_ended(carry + forget + harness)
+    for ep in carry:
+        assert ep.reward == 1.0 and len(ep.segments) >= 5 and len(ep.compactions) == len(ep.segments) - 1
+        assert all(c["dropped"] == 0 and c["needed"] >= 2 for c in ep.compactions)
+        assert max(c["tokens"] for c in ep.compactions) < 220  # a key, 3 registers, a pointer: however long
+    assert episode_stats(carry)["compaction_error"] == 0.0
+    assert all(ep.reward == 0.0 and all(c["dropped"] >= 1 for c in ep.compactions) for ep in forget)
+    assert 0.3 < episode_stats(forget)["compaction_error"] < 1.0
+    for ep in harness:  # the harness wrote every summary: no policy tokens in them, no summary turns
+        assert len(ep.segments) >= 5 and not any(t.kind == "summary" for s in ep.segments for t in s.turns)
+        assert ep.compactions[0]["dropped"] == 0 and any(c["dropped"] for c in ep.compactions)
+        assert all(c["tokens"] <= rollout.summary_budget for c in ep.compactions)
+        assert all(len(s.loss_mask) == len(s.tokens) == s.all_experts().shape[0] - len(s.prompt) for s in ep.segments)
+    assert episode_stats(harness)["reward"] < 1.0
 
 
 def test_an_imperfect_demonstrator_drops_the_key_from_a_share_of_its_summaries(long_engine, tokenizer):

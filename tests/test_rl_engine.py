@@ -87,6 +87,38 @@ def test_token_shift_engine_scores_like_a_full_forward():
                                np.asarray(model(jnp.asarray([prompts[1]]))[0][0, -1]), atol=1e-5, rtol=0)
 
 
+def test_a_rewind_to_the_prompt_continues_exactly_like_a_fresh_prefill():
+    """A summary reset that keeps the prompt's KV (rewind to the mark, then prefill only the
+    summary) gives the same next logits, log-probs and samples as emptying the slot and
+    prefilling prompt + summary again, with token shift (the newest tokens are restored too)."""
+    cfg = ModelConfig.from_config({**load_config("configs/tiny.py:test").model, "token_shift": 3})
+    model = Transformer(cfg, rngs=nnx.Rngs(4))
+    engine = RolloutEngine(*nnx.split(model), cfg, ROLLOUT, valid_vocab=VALID)
+    base, summary = prompt(19, 20), prompt(11, 21)
+    engine.start([0, 2], [jax.random.key(5), jax.random.key(6)])
+    engine.append([0, 2], [base, prompt(7, 22)])
+    engine.mark([0, 2])
+    engine.generate([0, 2], [12, 12], [[], []])  # the first segment: its tokens are thrown away
+    engine.append([0], [prompt(30, 23)])
+    engine.rewind([0])
+    assert engine.lengths()[0] == len(base)
+    kept = engine.append([0], [summary])[0]
+    engine.start([1], [jax.random.key(5)])  # a fresh slot with the same key and counter ...
+    engine.append([1], [base])
+    engine.state = engine.state.replace(steps_s=engine.state.steps_s.at[1].set(engine.state.steps_s[0]))
+    fresh = engine.append([1], [summary])[0]  # ... prefilled with the whole reset prompt
+    logits = np.asarray(engine.state.next_logits_sv)
+    np.testing.assert_allclose(logits[0], logits[1], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(kept.logp, fresh.logp, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(kept.logp, full_logp(model, base + summary, ROLLOUT.temperature)[-len(summary):],
+                               atol=2e-5, rtol=0)
+    a, b = engine.generate([0, 1], [12, 12], [[], []])
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logp, full_logp(model, base + summary + a.tokens.tolist(),
+                                                 ROLLOUT.temperature)[len(base) + len(summary) - 1:],
+                               atol=2e-5, rtol=0)
+
+
 def test_recorded_expert_choices_replay_the_sampler(engine, model):
     """Every token's recorded experts are the ones a full forward picks; forcing them
     (routing replay) reproduces the sampler's log-probs."""

@@ -165,3 +165,24 @@ def test_evaluations_sample_as_eval_rollout_says_and_give_training_its_sampling_
     c.eval_rollout.temperature = -1.0
     with pytest.raises(ConfigError, match=r"eval_rollout.temperature=-1.0"):
         validate(c)
+
+
+def test_a_length_curriculum_moves_up_a_tier_on_the_pass_rate_and_resumes_there():
+    """rl.curriculum: tasks come from the current tier; a step at the threshold promotes (the
+    old tier's buffered groups dropped), the last tier stays, and the level is checkpointed."""
+    from composer_jax.rl.cursor import RunCursor
+
+    tiers = [[f"short-{i}" for i in range(3)], [f"long-{i}" for i in range(4)]]
+    cursor = RunCursor(tiers[-1], 7, tiers)
+    first = cursor.next_tasks(6)
+    assert set(first) == set(tiers[0]) == set(first[:3])  # each epoch a permutation of the tier
+    cursor.buffer = [([], [1.0])]
+    assert not cursor.promote(0.79, 0.8) and cursor.level == 0
+    assert cursor.promote(0.8, 0.8) and cursor.level == 1 and cursor.buffer == []
+    assert set(cursor.next_tasks(4)) == set(tiers[1])
+    assert not cursor.promote(1.0, 0.8)  # no tier beyond the last
+    again = RunCursor(tiers[-1], 7, tiers)
+    again.set_state(cursor.get_state())
+    assert again.level == 1 and again.next_tasks(3) == cursor.next_tasks(3)
+    plain = RunCursor(tiers[0], 7)  # no curriculum: the order of a run without one is unchanged
+    assert plain.tiers == [tiers[0]] and not plain.promote(1.0, 0.5)

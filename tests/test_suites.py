@@ -496,6 +496,46 @@ def test_longhorizon_word_secrets():
         make_suite("LongHorizon", secrets="emoji")
 
 
+def test_longhorizon_registers_keep_the_state_bounded_and_name_the_facts_still_needed():
+    """carry="registers": notes overwrite a few registers, so the state to carry stays a key and
+    R values however long the chain (200 notes at two-word paths); the hidden tests want each
+    register's last value; carry_facts lists, after each prefix of the chain, exactly the facts
+    a later turn still needs (a value a later note overwrites is not one of them)."""
+    from composer_jax.grading import grade
+    from composer_jax.sandbox import get_backend
+    suite = make_suite("LongHorizon", hops=200, filler_lines=1, secrets="words", carry="registers", registers=3)
+    ids = suite.task_ids("validation")
+    assert ids[0] == "longhorizon/h200-f1-w-r3/validation-0"
+    task = suite.get(ids[0])
+    order = json.loads(task.metadata["read_order"])
+    assert len(order) == len(set(order)) == 201 and len(task.files) == 201 + 2
+    sets = [re.search(r"Note (\d+) of 200: set `(\w+)` to `(\w+)`", task.files[p]).groups() for p in order[1:]]
+    final = {name: value for _, name, value in sets}  # the last write wins
+    assert set(final) == {"north", "south", "east"} and len(set(sets)) > 150
+    reference = json.loads(task.metadata["reference_files"])["config.py"]
+    assert all(f"{name.upper()} = {value!r}" in reference for name, value in final.items())
+    assert grade(task, {**task.files, "config.py": reference}, get_backend("bwrap")).reward == 1.0
+    wrong = reference.replace(f"NORTH = {final['north']!r}", "NORTH = 'teal'")
+    res = grade(task, {**task.files, "config.py": wrong}, get_backend("bwrap"))
+    assert res.tests["test_hidden.py::test_register_north"] is False and res.reward == 0.75
+    key = task.files["docs/start.md"].split("access key is `")[1].split("`")[0]
+    assert longhorizon.carry_facts(task, []) == []
+    assert longhorizon.carry_facts(task, order[:1]) == [[key], [order[1]]]
+    for j in (5, 100, 201):
+        facts = longhorizon.carry_facts(task, list(reversed(order[:j])))  # read order does not matter
+        live = {name: value for i, name, value in sets[:j - 1]
+                if not any(n == name for _, n, _ in sets[j - 1:])}  # set so far and never again
+        in_order = sorted(live, key=["north", "south", "east"].index)
+        assert facts == [[key], *([n, live[n]] for n in in_order), [order[j] if j < 201 else "This is the last note."]]
+    assert len(longhorizon.carry_facts(task, order)) == 5  # key, 3 registers, the end
+    assert longhorizon.carry_facts(task, order[:3] + order[4:]) == longhorizon.carry_facts(task, order[:3])
+    assert suite.get("longhorizon/h4-f1-w/train-0").files != suite.get("longhorizon/h4-f1-w-r3/train-0").files
+    with pytest.raises(ValueError, match="secrets='words'"):
+        make_suite("LongHorizon", carry="registers")
+    with pytest.raises(ValueError, match="registers=5"):
+        make_suite("LongHorizon", secrets="words", carry="registers", registers=5)
+
+
 def test_cache_location_is_configurable(tmp_path, monkeypatch):
     from environments.suites import cache
 

@@ -72,7 +72,7 @@ class AgentLoop:
         index: list[int] = [-1] * slots
         request: list[Any] = [None] * slots
         base_key = jax.random.key(self.rollout.seed)
-        timing = collections.Counter()
+        timing = self._counts = collections.Counter()
         started = time.perf_counter()
         bar = tqdm.tqdm(total=len(tasks), desc=progress, unit="episode", disable=not progress)
 
@@ -116,7 +116,8 @@ class AgentLoop:
             timing["decode_s"] += time.perf_counter() - t2
         bar.close()
         wall = time.perf_counter() - started
-        self.stats = dict(timing, wall_s=wall, env_fraction=timing["env_s"] / wall if wall else 0.0)
+        self.stats = dict(timing, wall_s=wall, env_fraction=timing["env_s"] / wall if wall else 0.0,
+                          prefill_per_reset=timing["reset_prefill_tokens"] / max(timing["resets"], 1))
         self._check_prompts_fit(episodes)
         return episodes
 
@@ -157,8 +158,16 @@ class AgentLoop:
         if starts:
             self.engine.start(starts, [request[s].key for s in starts])
         resets = [s for s in slots if isinstance(request[s], Reset)]
-        if resets:
-            self.engine.clear(resets)
-        scored = self.engine.append(slots, [request[s].tokens for s in slots])
+        if rewinds := [s for s in resets if request[s].keep]:
+            self.engine.rewind(rewinds)
+        if clears := [s for s in resets if not request[s].keep]:
+            self.engine.clear(clears)
+        tokens = [request[s].new_tokens if isinstance(request[s], Reset) else request[s].tokens for s in slots]
+        self._counts["resets"] += len(resets)
+        self._counts["reset_prefill_tokens"] += sum(len(t) for s, t in zip(slots, tokens) if s in resets)
+        self._counts["prefill_tokens"] += sum(map(len, tokens))
+        scored = self.engine.append(slots, tokens)
+        if starts:
+            self.engine.mark(starts)  # the prompt's end: resets rewind here
         for slot, result in zip(slots, scored):
             advance(slot, result)

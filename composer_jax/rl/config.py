@@ -78,6 +78,11 @@ class RLConfig:
     keep: int
     loss: LossConfig
     optim: OptimConfig
+    # A length curriculum: train tasks from these suite_options overrides in turn (shortest
+    # first), the next once a step's train pass rate reaches curriculum_promote_at; () = none.
+    # Evaluations stay on rl.suite_options (the target).
+    curriculum: tuple = ()
+    curriculum_promote_at: float = 0.8
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> RLConfig:
@@ -94,6 +99,12 @@ class RLConfig:
                      "keep", "eval_every", "eval_samples"):
             if getattr(out, name) < 1:
                 raise ConfigError(f"rl.{name}={getattr(out, name)}: must be >= 1")
+        if not all(isinstance(t, Mapping) and t for t in out.curriculum):
+            raise ConfigError(f"rl.curriculum={out.curriculum!r}: a tuple of suite_options overrides, "
+                              "e.g. ({'hops': 2}, {'hops': 4})")
+        if out.curriculum and not 0.0 < out.curriculum_promote_at <= 1.0:
+            raise ConfigError(f"rl.curriculum_promote_at={out.curriculum_promote_at}: a pass rate in (0, 1]; "
+                              "above 1 the curriculum would never leave its first tier")
         if not 0.0 <= out.negative_weight <= 1.0:
             raise ConfigError(f"rl.negative_weight={out.negative_weight}: must be in [0, 1]")
         return out

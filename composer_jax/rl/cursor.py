@@ -26,7 +26,8 @@ def episode_to_json(ep: Episode) -> dict[str, Any]:
                     experts=None if s.prompt_experts is None else s.all_experts().tolist())
 
     return dict(index=ep.index, task=ep.task, task_id=ep.task_id, reward=ep.reward, end_reason=ep.end_reason,
-                flags=ep.flags, turns=ep.turns, info={k: v for k, v in ep.info.items() if _jsonable(v)},
+                flags=ep.flags, turns=ep.turns, compactions=ep.compactions,
+                info={k: v for k, v in ep.info.items() if _jsonable(v)},
                 segments=[seg(s) for s in ep.segments])
 
 
@@ -41,7 +42,7 @@ def episode_from_json(d: dict[str, Any]) -> Episode:
             experts=[] if experts is None else [experts[n_prompt:]],
             turns=[Turn(**t) for t in s["turns"]], end_reason=s["end_reason"]))
     return Episode(d["index"], d["task"], d["task_id"], segments, d["reward"], d["info"], d["end_reason"],
-                   d["flags"], d["turns"])
+                   d["flags"], d["turns"], d.get("compactions", []))
 
 
 def _jsonable(v) -> bool:
@@ -53,33 +54,45 @@ def _jsonable(v) -> bool:
 
 
 class RunCursor:
-    """Seeded task order + buffered groups ([(episodes, rewards)]), checkpointable."""
+    """Seeded task order + buffered groups ([(episodes, rewards)]), checkpointable.
 
-    def __init__(self, task_ids: Sequence[str], seed: int):
-        if not task_ids:
+    With `tiers` (a length curriculum: one task list per tier, shortest first) tasks come from
+    tier `level`, which `promote` raises once a step's train pass rate reaches the threshold."""
+
+    def __init__(self, task_ids: Sequence[str], seed: int, tiers: Sequence[Sequence[str]] = ()):
+        self.tiers = [list(t) for t in tiers] or [list(task_ids)]
+        if not all(self.tiers):
             raise ValueError("the task sampler has no tasks")
         self.task_ids, self.seed = list(task_ids), seed
-        self.position = 0
+        self.position, self.level = 0, 0
         self.buffer: list[tuple[list[Episode], list[float]]] = []
 
     def next_tasks(self, n: int) -> list[str]:
-        out = []
+        out, ids = [], self.tiers[self.level]
         for _ in range(n):
-            epoch, i = divmod(self.position, len(self.task_ids))
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.task_ids))
-            out.append(self.task_ids[order[i]])
+            epoch, i = divmod(self.position, len(ids))
+            seed = [self.seed, epoch] if len(self.tiers) == 1 else [self.seed, self.level, epoch]
+            out.append(ids[np.random.default_rng(seed).permutation(len(ids))[i]])
             self.position += 1
         return out
 
+    def promote(self, pass_rate: float, threshold: float) -> bool:
+        """Next tier when `pass_rate` reaches `threshold` (buffered groups of the old tier are
+        dropped: the policy has outgrown them). True when the level rose."""
+        if self.level + 1 >= len(self.tiers) or pass_rate < threshold:
+            return False
+        self.level, self.position, self.buffer = self.level + 1, 0, []
+        return True
+
     # grain's checkpoint-handler interface -------------------------------------------------------
     def get_state(self) -> bytes:
-        return json.dumps(dict(position=self.position, buffer=[
+        return json.dumps(dict(position=self.position, level=self.level, buffer=[
             dict(episodes=[episode_to_json(e) for e in eps], rewards=list(rs)) for eps, rs in self.buffer
         ])).encode()
 
     def set_state(self, state: bytes) -> None:
         d = json.loads(state)
-        self.position = d["position"]
+        self.position, self.level = d["position"], d.get("level", 0)
         self.buffer = [([episode_from_json(e) for e in g["episodes"]], g["rewards"]) for g in d["buffer"]]
 
     def start_prefetch(self) -> None:

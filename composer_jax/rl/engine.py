@@ -4,7 +4,10 @@ A slot holds one episode's current context. Its length in the cache is its posit
 `next_logits` predict the token after it; its key and step counter seed sampling, so a slot's
 samples depend only on (episode key, tokens sampled so far), never on which other slots run.
 
-    clear(state, slots_p)                 -> state    empty contexts (a reset is clear + prefill)
+    clear(state, slots_p)                 -> state    empty contexts
+    mark(state, slots_p)                  -> state    remember where each context ends now
+    rewind(state, slots_p)                -> state    back to the mark: a summary reset keeps the
+                                                      prompt's KV and prefills only what follows it
     seed(state, slots_p, keys_pk)         -> state    new episode key, step counter 0
     prefill(model, state, slots_p, tokens_pt, n_p, temperature)
                                           -> state, logp_pt, experts_ptlk
@@ -32,6 +35,12 @@ class EngineState(struct.PyTreeNode):
     next_logits_sv: jax.Array  # float32: logits for each slot's next token
     keys_sk: jax.Array  # uint32 PRNG key data of each slot's episode
     steps_s: jax.Array  # int32: tokens sampled so far in the slot's episode (fold_in counter)
+    # The mark (see `mark`): the context length, newest tokens and next-token logits at the end
+    # of the episode's prompt. The KV below the mark is never overwritten (writes go at or past
+    # a slot's length), so rewinding to it is exact.
+    mark_lengths_s: jax.Array  # int32
+    mark_recent_sk: jax.Array  # int32, as cache.recent_tokens_bk
+    mark_logits_sv: jax.Array  # float32
 
     @property
     def slots(self) -> int:
@@ -60,6 +69,9 @@ def init_state(cfg: ModelConfig, slots: int, max_len: int) -> EngineState:
         next_logits_sv=jnp.zeros((slots, cfg.vocab_size), jnp.float32),
         keys_sk=jnp.zeros((slots, *key_data.shape), key_data.dtype),
         steps_s=jnp.zeros((slots,), jnp.int32),
+        mark_lengths_s=jnp.zeros((slots,), jnp.int32),
+        mark_recent_sk=jnp.copy(cache.recent_tokens_bk),
+        mark_logits_sv=jnp.zeros((slots, cfg.vocab_size), jnp.float32),
     )
 
 
@@ -79,6 +91,24 @@ def _experts(aux, cfg: ModelConfig, b: int, t: int) -> jax.Array:
 def clear(state: EngineState, slots_p: jax.Array) -> EngineState:
     lengths = state.cache.lengths_b.at[slots_p].set(0, mode="drop")
     return state.replace(cache=state.cache.replace(lengths_b=lengths))
+
+
+def mark(state: EngineState, slots_p: jax.Array) -> EngineState:
+    rows_p = jnp.minimum(slots_p, state.slots - 1)  # padding rows read a copy, writes dropped
+    c = state.cache
+    return state.replace(
+        mark_lengths_s=state.mark_lengths_s.at[slots_p].set(c.lengths_b[rows_p], mode="drop"),
+        mark_recent_sk=state.mark_recent_sk.at[slots_p].set(c.recent_tokens_bk[rows_p], mode="drop"),
+        mark_logits_sv=state.mark_logits_sv.at[slots_p].set(state.next_logits_sv[rows_p], mode="drop"))
+
+
+def rewind(state: EngineState, slots_p: jax.Array) -> EngineState:
+    rows_p = jnp.minimum(slots_p, state.slots - 1)
+    c = state.cache
+    cache = c.replace(lengths_b=c.lengths_b.at[slots_p].set(state.mark_lengths_s[rows_p], mode="drop"),
+                      recent_tokens_bk=c.recent_tokens_bk.at[slots_p].set(state.mark_recent_sk[rows_p], mode="drop"))
+    return state.replace(cache=cache, next_logits_sv=state.next_logits_sv.at[slots_p].set(
+        state.mark_logits_sv[rows_p], mode="drop"))
 
 
 def seed(state: EngineState, slots_p: jax.Array, keys_pk: jax.Array) -> EngineState:

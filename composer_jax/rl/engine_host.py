@@ -121,7 +121,8 @@ def cache_shardings(state: engine.EngineState, mesh: jax.sharding.Mesh) -> engin
     return engine.EngineState(
         cache=KVCache((kv,) * layers, (kv,) * layers, spec("cache_batch"), spec("cache_batch", None)),
         next_logits_sv=spec("cache_batch", None), keys_sk=spec("cache_batch", None),
-        steps_s=spec("cache_batch"))
+        steps_s=spec("cache_batch"), mark_lengths_s=spec("cache_batch"),
+        mark_recent_sk=spec("cache_batch", None), mark_logits_sv=spec("cache_batch", None))
 
 
 def bucket(n: int, sizes: Sequence[int]) -> int:
@@ -165,7 +166,7 @@ class RolloutEngine:
         # The jits take the weights as a flat list in this order (set_params matches by path,
         # so a state whose variables carry other metadata still fits).
         self._param_paths, self._param_tree = _paths(params), jax.tree.structure(params)
-        pins: dict[str, dict] = dict(prefill={}, decode={}, clear={}, seed={})
+        pins: dict[str, dict] = dict(prefill={}, decode={}, clear={}, seed={}, mark={}, rewind={})
         self._param_shardings = None
         if mesh is not None:
             self._param_shardings = jax.tree.leaves(inference_shardings(params, train_mesh, fold))
@@ -183,7 +184,8 @@ class RolloutEngine:
                                      experts_snlk=rows(None, None, None), n_s=rows(), stopped_s=rows())
             pins = dict(prefill=pin((w, st, rep, rep, rep, rep), (st, rows(None), rows(None, None, None))),
                         decode=pin((w, st, rows(), rows(), rows(None), rep, rep, rep), (st, decoded)),
-                        clear=pin((st, rep), st), seed=pin((st, rep, rep), st))
+                        clear=pin((st, rep), st), seed=pin((st, rep, rep), st),
+                        mark=pin((st, rep), st), rewind=pin((st, rep), st))
         self.state, self._sampling = state, sampling
         self._sampling_sharding = rep if mesh is not None else None
         self._params: list[jax.Array] = []
@@ -200,6 +202,9 @@ class RolloutEngine:
         self._decode = jax.jit(decode, donate_argnums=1, **pins["decode"])
         self._clear = jax.jit(engine.clear, donate_argnums=0, **pins["clear"])
         self._seed = jax.jit(engine.seed, donate_argnums=0, **pins["seed"])
+        self._mark = jax.jit(engine.mark, donate_argnums=0, **pins["mark"])
+        self._rewind = jax.jit(engine.rewind, donate_argnums=0, **pins["rewind"])
+        self._marks = np.zeros(self.slots, np.int64)  # host mirror of the marks
 
     # ------------------------------------------------------------------------------------------
     def _mesh_context(self):
@@ -263,6 +268,20 @@ class RolloutEngine:
         with self._mesh_context():
             self.state = self._clear(self.state, self._slot_array(slots))
         self._lengths[list(slots)] = 0
+
+    def mark(self, slots: Sequence[int]) -> None:
+        """Remember where each slot's context ends now (the end of an episode's prompt)."""
+        with self._mesh_context():
+            self.state = self._mark(self.state, self._slot_array(slots))
+        self._marks[list(slots)] = self._lengths[list(slots)]
+
+    def rewind(self, slots: Sequence[int]) -> None:
+        """Cut each slot's context back to its mark, keeping the KV (and the token-shift
+        history and next logits) of everything before it: a summary reset then prefills only
+        the summary behind the prompt."""
+        with self._mesh_context():
+            self.state = self._rewind(self.state, self._slot_array(slots))
+        self._lengths[list(slots)] = self._marks[list(slots)]
 
     def append(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> list[Scored]:
         """Append each slot's tokens (chunked and padded to the buckets); score every token."""
@@ -339,12 +358,19 @@ class TeacherForcedOnly:
     def __init__(self, cfg: ModelConfig, rollout: RolloutConfig):
         self.cfg, self.slots, self.window = cfg, rollout.slots, rollout.window
         self._lengths = np.zeros(self.slots, np.int64)
+        self._marks = np.zeros(self.slots, np.int64)
 
     def start(self, slots: Sequence[int], keys: Sequence[jax.Array]) -> None:
         self._lengths[list(slots)] = 0
 
     def clear(self, slots: Sequence[int]) -> None:
         self._lengths[list(slots)] = 0
+
+    def mark(self, slots: Sequence[int]) -> None:
+        self._marks[list(slots)] = self._lengths[list(slots)]
+
+    def rewind(self, slots: Sequence[int]) -> None:
+        self._lengths[list(slots)] = self._marks[list(slots)]
 
     def append(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> list[Scored]:
         check_window(self._lengths, self.window, slots, tokens)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 import jax
+import numpy as np
 
 from composer_jax.harness.protocol import (
     Message,
@@ -41,12 +42,20 @@ class EnvStep:
 @dataclasses.dataclass
 class Start:
     key: jax.Array
-    tokens: list[int]  # new episode in the slot: key, empty context, then these -> Scored
+    tokens: list[int]  # new episode in the slot: key, empty context, then these (marked) -> Scored
 
 
 @dataclasses.dataclass
 class Reset:
-    tokens: list[int]  # empty the context, keep key and counter, prefill these -> Scored
+    """A new context (key and counter kept). `keep` leading tokens are the prompt already in
+    the slot up to its mark: the slot rewinds to it and prefills only the rest; keep=0 empties
+    the context and prefills all. -> Scored of the prefilled tokens."""
+    tokens: list[int]
+    keep: int = 0
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.tokens[self.keep:]
 
 
 @dataclasses.dataclass
@@ -107,9 +116,10 @@ def _episode(ctx: EpisodeContext, ep: Episode) -> Generator[Any, Any, Episode]:
     policy = ctx.make_policy(ctx.env) if ctx.make_policy is not None else None
     seg = Segment(prompt=base)
     ep.segments.append(seg)
-    seg.prompt_experts = (yield Start(ctx.key, base)).experts
+    seg.prompt_experts = base_experts = (yield Start(ctx.key, base)).experts
     pending: list[int] = []  # harness tokens not yet appended (flushed with the next request)
     carried: list[int] | None = None  # an observation held back to open the next segment
+    facts = carried_facts = None  # the env's carry_facts as of the context (of the carried observation)
 
     def context_text(extra: list[int]) -> str:
         return tok.decode_harness(seg.all_tokens + extra)
@@ -150,19 +160,30 @@ def _episode(ctx: EpisodeContext, ep: Episode) -> Generator[Any, Any, Episode]:
             if len(ep.segments) >= rollout.max_segments:
                 ep.flag("max_segments")
                 return ep.finish("max_segments")
-            tokens, reason = yield from turn("summary", list(ids.request), rollout.summary_budget,
-                                             ids.summary_stops)
-            if reason in ("budget", "no_stop"):
-                ep.flag("summary_overflow")
-            body = ids.summary_body(tokens, reason)
+            if rollout.compaction == "harness":  # the baseline: the harness writes it, unscored
+                old = tok.decode_harness(seg.all_tokens[len(base):] + pending)
+                body = summarize.harness_summary(old, rollout.summary_budget, tok.encode)
+                seg.add(pending, np.zeros((len(pending), *seg.prompt_experts.shape[1:]), np.int32))
+                pending = []  # no turn follows in this segment: nothing scores past its last action
+            else:
+                tokens, reason = yield from turn("summary", list(ids.request), rollout.summary_budget,
+                                                 ids.summary_stops)
+                if reason in ("budget", "no_stop"):
+                    ep.flag("summary_overflow")
+                body = ids.summary_body(tokens, reason)
+            if facts is not None:  # what the env says later turns need, as of what the summary saw
+                ep.compactions.append(dict(needed=len(facts), tokens=len(body),
+                                           dropped=summarize.facts_dropped(facts, tok.decode_harness(body))))
             seg.end_reason = "summary_reset"
             seg = Segment(prompt=summarize.reset_prompt(base, body, ids))
             ep.segments.append(seg)
-            seg.prompt_experts = (yield Reset(seg.prompt)).experts
+            keep = len(base) if rollout.reset_keeps_prompt else 0
+            experts = (yield Reset(seg.prompt, keep)).experts
+            seg.prompt_experts = np.concatenate([base_experts, experts]) if keep else experts
             if carried is not None:
                 room = (rollout.window - summarize.reserve(rollout, ids) - seg.context_len
                         - 1 - rollout.turn_budget)
-                pending, carried = _fit(carried, room, ids, ep), None
+                pending, carried, facts = _fit(carried, room, ids, ep), None, carried_facts
         if ep.turns >= rollout.max_turns:
             return ep.finish("max_turns")
         tokens, reason = yield from turn("action", list(ids.assistant), rollout.turn_budget, ids.turn_stops)
@@ -183,11 +204,12 @@ def _episode(ctx: EpisodeContext, ep: Episode) -> Generator[Any, Any, Episode]:
         room = rollout.window - summarize.reserve(rollout, ids) - seg.context_len - len(pending)
         if len(obs_ids) <= room:
             pending += obs_ids
+            facts = info.get("carry_facts")
         elif len(ep.segments) >= rollout.max_segments:
             ep.flag("max_segments")
             return ep.finish("max_segments")
         else:  # summarise first; the observation opens the next segment
-            carried = obs_ids
+            carried, carried_facts = obs_ids, info.get("carry_facts")
 
 
 def _fit(obs_ids: list[int], room: int, ids: summarize.SpecialIds, ep: Episode) -> list[int]:

@@ -106,10 +106,16 @@ def pass_rate(episodes: list[Episode]) -> float:
 def episode_stats(episodes: list[Episode]) -> dict[str, float]:
     summaries = [t.end - t.start for ep in episodes for s in ep.segments for t in s.turns if t.kind == "summary"]
     ends = Counter(ep.end_reason for ep in episodes)
-    return dict(
+    resets = [c for ep in episodes for c in ep.compactions if c["needed"]]
+    # Facts the env said later turns need that the summaries dropped (rollout.compaction's
+    # quality); only for suites that name their facts (TaskSuite.carry_facts).
+    compaction = dict(compaction_error=sum(c["dropped"] for c in resets) / max(sum(c["needed"] for c in resets), 1),
+                      compaction_tokens=float(np.mean([c["tokens"] for c in resets]))) if resets else {}
+    return dict(**compaction,
         reward=float(np.mean([ep.reward for ep in episodes])) if episodes else 0.0,
         pass_rate=pass_rate(episodes),
         segments_per_episode=float(np.mean([len(ep.segments) for ep in episodes])) if episodes else 0.0,
+        resets_per_episode=float(np.mean([max(len(ep.segments) - 1, 0) for ep in episodes])) if episodes else 0.0,
         summaries_per_episode=len(summaries) / max(len(episodes), 1),
         summary_len=float(np.mean(summaries)) if summaries else 0.0,
         turns_per_episode=float(np.mean([ep.turns for ep in episodes])) if episodes else 0.0,

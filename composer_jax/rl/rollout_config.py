@@ -20,6 +20,13 @@ class RolloutConfig:
     top_p: float = 1.0
     max_turns: int = 30  # assistant turns (tool calls) per episode, summaries not counted
     prefill_buckets: tuple[int, ...] = (64, 256, 1024)  # padded chunk lengths (one compile each)
+    # A summary reset rewinds the slot to the end of the prompt (its KV kept) and prefills only
+    # the summary; False re-prefills the whole reset prompt (the same tokens, scored again).
+    reset_keeps_prompt: bool = True
+    # Who writes the context after a reset: "policy" (self-summarisation, trained with the
+    # episode) or "harness" (the baseline: lines of the context that look like facts,
+    # summarize.harness_summary; no policy tokens).
+    compaction: str = "policy"
     seed: int = 0  # sampling keys; set per call by the learner and evaluate (composer_jax/seeds.py)
 
     @classmethod
@@ -44,6 +51,10 @@ class RolloutConfig:
         for field in ("window", "summary_budget", "max_segments", "turn_budget", "slots", "max_turns"):
             if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
                 fail(field, "must be a positive integer")
+        if not isinstance(self.reset_keeps_prompt, bool):
+            fail("reset_keeps_prompt", "must be True or False")
+        if self.compaction not in ("policy", "harness"):
+            fail("compaction", "must be 'policy' or 'harness'")
         if not 0 < self.summarize_at <= 1:
             fail("summarize_at", "must be in (0, 1]")
         if self.temperature < 0:

@@ -9,6 +9,7 @@ The body ids are the generated ids themselves, never re-tokenised text.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from composer_jax.harness import special_tokens as st
 from composer_jax.harness.protocol import SUMMARIZE_INSTRUCTION, Message, encode_message
@@ -101,3 +102,32 @@ def max_prompt_len(rollout: RolloutConfig, ids: SpecialIds) -> int:
     observation = len(ids.truncation_marker) + 1 + len(ids.end_of_turn_seq)
     return (rollout.window - reserve(rollout, ids) - len(ids.assistant) - rollout.turn_budget
             - (reset + len(ids.end_of_turn_seq)) - observation)
+
+
+def facts_dropped(facts: list[list[str]], summary: str) -> int:
+    """How many of the env's facts (rl.train: `info["carry_facts"]`, each a list of words that
+    must stand on one line) a summary's text lost."""
+    lines = summary.splitlines()
+    return sum(not any(all(w in line for w in fact) for line in lines) for fact in facts)
+
+
+FACT_LINE = re.compile(r"`[^`]+`|\S+/\S+\.\w+")  # a quoted value or a file path
+SPECIAL = re.compile(r"<\|[^|<>]+\|>")  # harness tokens end a line
+LINE_NUMBER = re.compile(r"^\s*\d+\t")  # read_file's numbering
+
+
+def harness_summary(text: str, budget: int, encode) -> list[int]:
+    """The harness compaction baseline (rollout.compaction="harness"): no policy summary, but
+    the lines of the context that look like facts (a `quoted` value or a path; tool calls are
+    not facts), newest first, each once, as many as fit in `budget` tokens, in context order."""
+    lines = [LINE_NUMBER.sub("", ln).strip() for ln in SPECIAL.sub("\n", text).splitlines()]
+    kept, used, seen = [], 0, set()
+    for line in reversed(lines):
+        if not line or line in seen or line.startswith("{") or not FACT_LINE.search(line):
+            continue
+        seen.add(line)
+        n = len(encode(line + "\n"))
+        if used + n <= budget:
+            kept.append(line)
+            used += n
+    return encode("\n".join(reversed(kept)))[:budget]

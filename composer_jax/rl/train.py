@@ -260,12 +260,26 @@ def copy_warmup(config, workdir: pathlib.Path, steps: int, init_from: str = "", 
     return result, str(out)
 
 
+def curriculum_tiers(rl_cfg) -> list[list[str]]:
+    """The train task ids of each curriculum tier (rl.suite_options updated by the tier's
+    overrides), or [] without a curriculum."""
+    tiers = []
+    for overrides in rl_cfg.curriculum:
+        tier = copy.deepcopy(rl_cfg)
+        with tier.unlocked():
+            tier.suite_options = {**dict(rl_cfg.suite_options), **dict(overrides)}
+        tiers.append(task_ids(tier, "train"))
+    return tiers
+
+
 def step_line(step: int, metrics: dict) -> str:
     """One console line per RL step; how episodes ended and a step that trained nothing show."""
     ends = " ".join(f"{k[4:]}={int(v)}" for k, v in sorted(metrics.items()) if k.startswith("end_"))
     line = (f"rl {step}: reward {metrics['reward']:.3f} pass {metrics['pass_rate']:.3f} "
             f"groups {metrics['usable_groups']} seg/ep {metrics['segments_per_episode']:.2f} "
-            f"sum_len {metrics['summary_len']:.1f} kl {metrics.get('kl_sampler_learner_k3', 0):.2e} "
+            f"sum_len {metrics['summary_len']:.1f} "
+            + (f"compaction_err {metrics['compaction_error']:.3f} " if "compaction_error" in metrics else "")
+            + f"kl {metrics.get('kl_sampler_learner_k3', 0):.2e} "
             f"rollout {metrics['rollout_s']:.1f}s learn {metrics['learn_s']:.1f}s ends [{ends}]")
     if metrics.get("lag_max"):
         line += f" lag {metrics['lag_max']:.0f} wait {metrics['wait_s']:.1f}s"
@@ -296,7 +310,7 @@ def run_rl(config, workdir: pathlib.Path, log=print, eval_ids: list[str] | None 
 
 def _train_rl(config, fleet: FleetConfig, run: Run, workdir: pathlib.Path, log, eval_ids) -> dict:
     r, seed = config.rl, seeds(config)
-    cursor = RunCursor(task_ids(r, "train"), seed.rl_tasks)
+    cursor = RunCursor(task_ids(r, "train"), seed.rl_tasks, curriculum_tiers(r))
     ckpt = Checkpointer(workdir / "checkpoints", config, keep=int(r.keep), async_save=False)
     restored = ckpt.restore_latest(abstract_train_state(run.model_cfg, run.mesh, run.tx), cursor)
     state, start = run.state, 0
@@ -321,9 +335,14 @@ def _train_rl(config, fleet: FleetConfig, run: Run, workdir: pathlib.Path, log, 
             f"n={ev['n']} summary_len {ev['summary_len']:.1f}")
 
     def on_step(step, _state, metrics):
+        if len(cursor.tiers) > 1:
+            metrics = dict(metrics, curriculum_level=cursor.level)
         last.update(metrics)
         writer.write(step, "train", metrics)
         log(step_line(step, metrics))
+        if cursor.promote(metrics["pass_rate"], float(r.curriculum_promote_at)):
+            log(f"curriculum: tier {cursor.level} of {len(cursor.tiers) - 1} from step {step + 1}: "
+                f"{dict(r.curriculum[cursor.level])}")
 
     eval_every = int(r.eval_every) if r.eval_tasks else 0
     try:

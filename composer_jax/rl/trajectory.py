@@ -86,6 +86,9 @@ class Episode:
     end_reason: str | None = None
     flags: list[str] = dataclasses.field(default_factory=list)  # turn_truncated, summary_overflow, ...
     turns: int = 0  # assistant action turns (summaries not counted)
+    # One per reset where the env names the facts later turns need (info["carry_facts"]):
+    # {needed, dropped, tokens}: facts needed, facts the summary lost, summary length.
+    compactions: list[dict] = dataclasses.field(default_factory=list)
 
     def flag(self, name: str) -> None:
         if name not in self.flags:

@@ -50,6 +50,12 @@ class TaskSuite(abc.ABC):
         (rl.reward_judge > 0), or None: the suite has no summary rubric."""
         return None
 
+    def carry_facts(self, task: Task, reads) -> list[list[str]] | None:
+        """What later turns still need after the agent has read the files `reads`, each fact the
+        words a summary line must hold together; the agent loop counts those a summary dropped
+        (the compaction error). None: the suite cannot tell."""
+        return None
+
     def tokenizer_texts(self, env, tasks: int) -> list[str]:
         """Text of this suite's episodes for a tokenizer's corpus (data.tokenizer_agent_tasks):
         the expert's transcripts of the first `tasks` train tasks, played in `env` and rendered

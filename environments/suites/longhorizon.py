@@ -13,6 +13,17 @@ characters exactly. `secrets="words"` draws the key and fragments from two word 
 from the filler (the key from 32 nouns, fragments from 32 colours, note names from 32 trees): one token each for a word-level
 tokenizer, so the difficulty is in keeping them across resets, not in spelling them; ids of these
 tasks carry a `-w` suffix (`longhorizon/h2-f1-w/train-0`).
+
+`carry="registers"` (word secrets; ids end `-w-rR`) makes the state a summary must carry stay
+bounded while the horizon grows, so long tiers need compression, not copying: each note sets one
+of R registers (`Note 7 of 60: set `north` to `amber`.`), a later note may overwrite it, and
+config.py wants the key and every register's last value. The notes live at two-word paths
+(`docs/oak/pine.md`), so a chain can run to 500 notes (~100k tokens with a 1k BPE).
+
+`carry_facts(task, reads)` is what the env knows about the future: after the agent has followed
+the chain to note j, the facts later turns still need (the key, the fragments found, or each
+register's value that no later note overwrites, and the next note). A summary that drops one of
+them has lost it for good: the compaction error.
 """
 from __future__ import annotations
 
@@ -46,8 +57,10 @@ NOTE_WORDS = (
     "acacia aspen baobab cypress ginkgo hemlock laurel linden magnolia mangrove palm redwood "
     "sequoia teak banyan chestnut"
 ).split()
+REGISTER_NAMES = ("north", "south", "east", "west")
 SECRETS = ("hex", "words")
-ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)(-w)?/(train|validation)-(\d+)$")
+CARRY = ("fragments", "registers")
+ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)(-w)?(?:-r(\d))?/(train|validation)-(\d+)$")
 CONFIG_FILE = "config.py"
 # config.py is graded by parsing its literal assignments, never by importing it: importing would
 # run the agent's code (which could read the notes for it) in the grader's process.
@@ -67,6 +80,10 @@ READ_CONFIG = (
     "                pass\n"
     "    return values\n"
 )
+REGISTERS_TEMPLATE = (
+    '"""Fill in from the notes: the access key from docs/start.md, and each register\'s last value."""\n'
+    'ACCESS_KEY = {key!r}\n'
+)
 CONFIG_TEMPLATE = (
     '"""Fill in from the notes: the access key from docs/start.md, and the fragments joined\n'
     'with "-" in the order the notes chain them."""\n'
@@ -82,17 +99,27 @@ class LongHorizonOptions:
     # The scripted expert (SFT's demonstrator) leaves the access key out of a summary with this
     # probability: an imperfect demonstrator, so RL has a summary habit to improve on.
     expert_drop_key: float = 0.0
+    carry: str = "fragments"  # fragments | registers (see the module docstring)
+    registers: int = 3  # with carry="registers": how many (1-4)
     train_size: int = 10_000
     validation_size: int = 200
 
     def __post_init__(self):
-        if not 1 <= self.hops <= 200:
-            raise ValueError(f"hops={self.hops} must be in [1, 200]")
+        if not 1 <= self.hops <= 500:
+            raise ValueError(f"hops={self.hops} must be in [1, 500]")
         if not 0 <= self.filler_lines <= 5000:
             raise ValueError(f"filler_lines={self.filler_lines} must be in [0, 5000]")
         if self.secrets not in SECRETS:
             raise ValueError(f"secrets={self.secrets!r} must be one of {SECRETS}")
-        if self.secrets == "words" and self.hops > len(NOTE_WORDS):
+        if self.carry not in CARRY:
+            raise ValueError(f"carry={self.carry!r} must be one of {CARRY}")
+        if self.carry == "registers":
+            if self.secrets != "words":
+                raise ValueError("carry='registers' needs secrets='words'")
+            if not 1 <= self.registers <= len(REGISTER_NAMES) or self.registers > self.hops:
+                raise ValueError(f"registers={self.registers} must be in [1, {len(REGISTER_NAMES)}] "
+                                 f"and <= hops={self.hops}")
+        elif self.secrets == "words" and self.hops > len(NOTE_WORDS):
             raise ValueError(f"secrets='words' names notes from {len(NOTE_WORDS)} words: hops={self.hops} is too many")
         if not 0.0 <= self.expert_drop_key <= 1.0:
             raise ValueError(f"expert_drop_key={self.expert_drop_key} must be in [0, 1]")
@@ -113,11 +140,15 @@ def _pad(rng: random.Random, filler_lines: int, key_lines: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def task_id(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex") -> str:
-    return f"longhorizon/h{hops}-f{filler_lines}{'-w' if secrets == 'words' else ''}/{split}-{index}"
+def task_id(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex", registers: int = 0) -> str:
+    """`registers` > 0: a carry="registers" task with that many registers."""
+    tier = f"h{hops}-f{filler_lines}{'-w' if secrets == 'words' else ''}{f'-r{registers}' if registers else ''}"
+    return f"longhorizon/{tier}/{split}-{index}"
 
 
-def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex") -> Task:
+def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex", registers: int = 0) -> Task:
+    if registers:
+        return make_registers_task(split, hops, filler_lines, index, registers)
     if secrets == "hex":
         rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/{index}")
         key = "K-" + "".join(rng.choice("0123456789abcdef") for _ in range(8))
@@ -168,8 +199,77 @@ def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str
             # exceeds the model's window and summaries become necessary
             "read_chars": str(sum(len(files[p]) for p in ["docs/start.md", *chain])),
             "reference_files": json.dumps({CONFIG_FILE: CONFIG_TEMPLATE.format(key=key, fragments=answer)}),
+            # after the chain is followed to note j (0 = start): the facts later turns still need
+            "carry_facts": json.dumps([[[key], *([f] for f in fragments[:j]), [_next(chain, j)]]
+                                       for j in range(hops + 1)]),
         },
     )
+
+
+def _next(chain: list[str], j: int) -> str:
+    """What the note at chain position j (0 = start) points to."""
+    return chain[j] if j < len(chain) else "This is the last note."
+
+
+def make_registers_task(split: str, hops: int, filler_lines: int, index: int, registers: int) -> Task:
+    rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/registers{registers}/{index}")
+    key, names = rng.choice(KEY_WORDS), list(REGISTER_NAMES[:registers])
+    # every register is set at least once (in the first notes), then any register any time
+    sets = [*rng.sample(names, registers), *(rng.choice(names) for _ in range(hops - registers))]
+    values = [rng.choice(FRAGMENT_WORDS) for _ in range(hops)]
+    pairs = rng.sample([(a, b) for a in NOTE_WORDS for b in NOTE_WORDS], hops)
+    chain = [f"docs/{a}/{b}.md" for a, b in pairs]
+    files = {"docs/start.md": _pad(rng, filler_lines, [
+        f"The access key is `{key}`. It is written nowhere else.", f"Next note: {chain[0]}"])}
+    for i, path in enumerate(chain):
+        pointer = f"Next note: {chain[i + 1]}" if i + 1 < hops else "This is the last note."
+        files[path] = _pad(rng, filler_lines, [f"Note {i + 1} of {hops}: set `{sets[i]}` to `{values[i]}`.", pointer])
+    final = {r: values[max(i for i in range(hops) if sets[i] == r)] for r in names}
+    template = REGISTERS_TEMPLATE + "".join(f"{r.upper()} = {{{r}!r}}\n" for r in names)
+    files[CONFIG_FILE] = template.format(key="", **{r: "" for r in names})
+    files["test_config.py"] = READ_CONFIG + (
+        "\n\ndef test_config_is_filled_with_strings():\n"
+        "    values = config_values()\n"
+        f"    for name in {['ACCESS_KEY', *(r.upper() for r in names)]!r}:\n"
+        "        assert isinstance(values.get(name), str) and values[name]\n")
+    hidden = READ_CONFIG + "\n\n" + "\n\n".join([
+        f"def test_access_key():\n    assert config_values().get('ACCESS_KEY') == {key!r}\n",
+        *(f"def test_register_{r}():\n    assert config_values().get({r.upper()!r}) == {final[r]!r}\n" for r in names)])
+    last_set = {r: max(i for i in range(hops) if sets[i] == r) for r in names}
+
+    def needed(j: int) -> list[list[str]]:  # j notes followed: each register's value that stays final
+        live = [[r, values[last_set[r]]] for r in names if last_set[r] < j]
+        return [[key], *live, [_next(chain, j)]]
+
+    names_list = ", ".join(r.upper() for r in names)
+    return Task(
+        task_id=task_id(split, hops, filler_lines, index, "words", registers),
+        suite="LongHorizon",
+        prompt=(f"Complete {CONFIG_FILE}. Start by reading docs/start.md and follow the chain of "
+                f"notes to the last one ({hops} notes after the start). Set ACCESS_KEY to the key "
+                f"from the start note and each register ({names_list}) to the value the last note "
+                "that sets it gives. Hidden tests check every value."),
+        files=files,
+        hidden_tests={"test_hidden.py": hidden},
+        graded_tests=("test_hidden.py::test_access_key", *(f"test_hidden.py::test_register_{r}" for r in names)),
+        observed_files=(CONFIG_FILE,),
+        metadata={
+            "source_id": f"longhorizon-{split}-{index}",
+            "read_order": json.dumps(["docs/start.md", *chain]),
+            "read_chars": str(sum(len(files[p]) for p in ["docs/start.md", *chain])),
+            "reference_files": json.dumps({CONFIG_FILE: template.format(key=key, **final)}),
+            "carry_facts": json.dumps([needed(j) for j in range(hops + 1)]),
+        },
+    )
+
+
+def carry_facts(task: Task, reads) -> list[list[str]]:
+    """The facts later turns need once the agent has read `reads` (paths, any order): the chain
+    counts as followed up to its longest prefix read. Each fact is a list of words that a
+    summary line must hold together (a register's name and its value)."""
+    order, read = json.loads(task.metadata["read_order"]), set(reads)
+    j = next((i for i, path in enumerate(order) if path not in read), len(order))
+    return json.loads(task.metadata["carry_facts"])[max(j - 1, 0)] if j else []
 
 
 class LongHorizonSuite(TaskSuite):
@@ -184,7 +284,11 @@ class LongHorizonSuite(TaskSuite):
     def task_ids(self, split: str) -> list[str]:
         check_split(split)
         o = self.options
-        return [task_id(split, o.hops, o.filler_lines, i, o.secrets) for i in range(self._size(split))]
+        registers = o.registers if o.carry == "registers" else 0
+        return [task_id(split, o.hops, o.filler_lines, i, o.secrets, registers) for i in range(self._size(split))]
+
+    def carry_facts(self, task: Task, reads) -> list[list[str]]:
+        return carry_facts(task, reads)
 
     def scripted_policy(self, env):
         from environments.scripted import NoteChainPolicy
@@ -198,6 +302,9 @@ class LongHorizonSuite(TaskSuite):
         if self.options.secrets == "words":
             texts += ["\n".join([f"`{w}` '{w}'" for w in KEY_WORDS + FRAGMENT_WORDS]
                                 + [f"docs/note_{w}.md" for w in NOTE_WORDS for _ in range(4)])] * 64
+        if self.options.carry == "registers":  # two-word paths and the register names
+            texts += ["\n".join([f"docs/{w}/{v}.md" for w in NOTE_WORDS for v in NOTE_WORDS]
+                                + [f"set `{r}` to {r.upper()} = '{r}'" for r in REGISTER_NAMES] * 8)] * 16
         return texts
 
     def summary_rubric(self, task: Task) -> list:
@@ -206,6 +313,11 @@ class LongHorizonSuite(TaskSuite):
 
         reference = json.loads(task.metadata["reference_files"])[CONFIG_FILE]
         key = reference.split("ACCESS_KEY = ")[1].split("\n")[0].strip("'\"")
+        if "FRAGMENTS = " not in reference:  # registers: the key and each register's final value
+            (_, *registers, _) = json.loads(task.metadata["carry_facts"])[-1]
+            return [RubricItem(f"Does the text state the access key {key}?", "essential"),
+                    *(RubricItem(f"Does the text state that register {r} is {v}?", "important") for r, v in registers),
+                    RubricItem("Does the text invent an access key other than " + key + "?", "pitfall")]
         fragments = reference.split("FRAGMENTS = ")[1].split("\n")[0].strip("'\"").split("-")
         items = [RubricItem(f"Does the text state the access key {key}?", "essential")]
         items += [RubricItem(f"Does the text mention the fragment `{f}`?", "important") for f in fragments]
@@ -217,7 +329,8 @@ class LongHorizonSuite(TaskSuite):
         match = ID_PATTERN.match(task_id)
         if not match:
             raise self.unknown(task_id)
-        hops, filler, split, index = int(match[1]), int(match[2]), match[4], int(match[5])
-        secrets = "words" if match[3] else "hex"
-        LongHorizonOptions(hops=hops, filler_lines=filler, secrets=secrets)  # validates the ranges
-        return make_task(split, hops, filler, index, secrets)
+        hops, filler, split, index = int(match[1]), int(match[2]), match[5], int(match[6])
+        secrets, registers = "words" if match[3] else "hex", int(match[4] or 0)
+        LongHorizonOptions(hops=hops, filler_lines=filler, secrets=secrets,  # validates the ranges
+                           carry="registers" if match[4] else "fragments", registers=registers or 3)
+        return make_task(split, hops, filler, index, secrets, registers)

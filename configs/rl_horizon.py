@@ -1,0 +1,70 @@
+"""Self-summarisation far beyond the window: LongHorizon's registers tier from 1x to 100x the
+context, at tiny scale on CPU (docs/results/horizon.md; runner composer_jax/experiments/horizon.py).
+
+  python -m composer_jax.experiments.horizon --config configs/rl_horizon.py --workdir runs/horizon
+  (another seed: --config.seed=N --workdir runs/horizon_seedN; the SFT policy is shared per workdir)
+
+Variants (`configs/rl_horizon.py:ARG`, ARG a comma list): `quick` (minutes: the tests),
+`hops=N` (the target tier RL evaluates on). The task: follow a chain of notes, each setting one
+of 2 registers (later notes overwrite earlier ones), and write the access key (first note) and
+both registers' last values. The state a summary must carry stays 4 facts however long the
+chain, so longer tiers need the summary to compress (drop superseded values), not to grow.
+"""
+import ml_collections
+
+from configs.rl_longhorizon import SYSTEM
+from configs.rl_longhorizon import get_config as longhorizon
+
+# Window multiple -> (notes after the start note, filler lines per note). A note of 8 filler
+# lines fills most of a 512-token segment: ~0.65 windows a note, measured on the expert's
+# transcripts (the runner records each tier's real multiple). 1x: 2 short notes, no reset.
+HORIZONS = {1: (2, 0), 3: (3, 8), 10: (14, 8), 30: (48, 8), 100: (162, 8)}
+CURRICULUM = ({"hops": 2}, {"hops": 4}, {"hops": 8})  # RL's length curriculum, shortest first
+
+
+def parse(arg: str | None) -> dict:
+    out = dict(quick=False, hops=6)
+    for item in filter(None, (arg or "").split(",")):
+        key, _, value = item.partition("=")
+        if key == "quick" and not value:
+            out["quick"] = True
+        elif key == "hops" and value.isdigit():
+            out["hops"] = int(value)
+        else:
+            raise ValueError(f"configs/rl_horizon.py: unknown variant {item!r}; use quick, hops=N")
+    return out
+
+
+def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> ml_collections.ConfigDict:
+    """`c` at a tier of `hops` notes: the turn and segment caps follow the longest chain it
+    trains or evaluates on (a read per note, the start note, a write and a submit; a reset per
+    note at most)."""
+    c.rl.suite_options.hops = hops
+    if filler is not None:
+        c.rl.suite_options.filler_lines = filler
+    longest = max([hops, *(t.get("hops", 0) for t in c.rl.curriculum)])
+    c.rl.env_max_turns = c.rollout.max_turns = longest + 4
+    c.rollout.max_segments = longest + 4
+    return c
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    v = parse(arg)
+    c = longhorizon("quick" if v["quick"] else None)
+    c.name = f"rl_horizon{'_' + arg.replace(',', '_').replace('=', '') if arg else ''}"
+    c.rl.update(system_prompt=SYSTEM, reward_mode="fraction", negative_weight=0.0,
+                suite_options=dict(hops=v["hops"], filler_lines=8, secrets="words", carry="registers",
+                                   registers=2, expert_drop_key=0.25),
+                curriculum=CURRICULUM if not v["quick"] else ({"hops": 2}, {"hops": 3}), curriculum_promote_at=0.6,
+                steps=2 if v["quick"] else 12, groups_per_step=2 if v["quick"] else 8, group_size=6,
+                eval_tasks=0, checkpoint_every=6)
+    c.rl.optim.update(lr=3e-4, steps=c.rl.steps)
+    # The pipeline's SFT recipe: copy drills, then an imperfect demonstrator (it drops the key
+    # from 1 summary in 4) whose failures are cloned too, so RL has a summary habit to fix.
+    c.sft.update(demos=32 if v["quick"] else 256, batch_rows=8, successful_only=False,
+                 copy_warmup=20 if v["quick"] else 300)
+    c.sft.optim.update(steps=20 if v["quick"] else 400, lr=3e-3, warmup_steps=10 if v["quick"] else 50,
+                       min_lr_ratio=0.1)
+    c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, slots=24,
+                     prefill_buckets=(64, 256), temperature=1.0)
+    return tier(c, v["hops"])
