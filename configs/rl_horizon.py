@@ -5,13 +5,15 @@ context, at tiny scale on CPU (docs/results/horizon.md; runner composer_jax/expe
   (another seed: --config.seed=N --workdir runs/horizon_seedN; the SFT policy is shared per workdir)
 
 Variants (`configs/rl_horizon.py:ARG`, ARG a comma list): `quick` (minutes: the tests),
-`hops=N` (the target tier RL evaluates on). The task: follow a chain of notes, each setting one
+`hops=N` (the tier of the SFT demonstrations; default 6), `drop_key=F` (how often the
+demonstrator's summaries drop the key; default 0.25). The task: follow a chain of notes, each setting one
 of 2 registers (later notes overwrite earlier ones), and write the access key (first note) and
 both registers' last values. The state a summary must carry stays 4 facts however long the
 chain, so longer tiers need the summary to compress (drop superseded values), not to grow.
 """
 import ml_collections
 
+from configs import parse_variant
 from configs.rl_longhorizon import SYSTEM
 from configs.rl_longhorizon import get_config as longhorizon
 
@@ -20,19 +22,6 @@ from configs.rl_longhorizon import get_config as longhorizon
 # transcripts (the runner records each tier's real multiple). 1x: 2 short notes, no reset.
 HORIZONS = {1: (2, 0), 3: (3, 8), 10: (14, 8), 30: (48, 8), 100: (162, 8)}
 CURRICULUM = ({"hops": 2}, {"hops": 4}, {"hops": 8})  # RL's length curriculum, shortest first
-
-
-def parse(arg: str | None) -> dict:
-    out = dict(quick=False, hops=6)
-    for item in filter(None, (arg or "").split(",")):
-        key, _, value = item.partition("=")
-        if key == "quick" and not value:
-            out["quick"] = True
-        elif key == "hops" and value.isdigit():
-            out["hops"] = int(value)
-        else:
-            raise ValueError(f"configs/rl_horizon.py: unknown variant {item!r}; use quick, hops=N")
-    return out
 
 
 def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> ml_collections.ConfigDict:
@@ -49,12 +38,14 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    v = parse(arg)
+    v = parse_variant(arg, dict(quick=False, hops=6, drop_key=0.25), "configs/rl_horizon.py")
+    if not 0 <= v["drop_key"] <= 1:
+        raise ValueError(f"configs/rl_horizon.py: drop_key={v['drop_key']} must be in [0, 1]")
     c = longhorizon("quick" if v["quick"] else None)
     c.name = f"rl_horizon{'_' + arg.replace(',', '_').replace('=', '') if arg else ''}"
     c.rl.update(system_prompt=SYSTEM, reward_mode="fraction", negative_weight=0.0,
                 suite_options=dict(hops=v["hops"], filler_lines=8, secrets="words", carry="registers",
-                                   registers=2, expert_drop_key=0.25),
+                                   registers=2, expert_drop_key=v["drop_key"]),
                 curriculum=CURRICULUM if not v["quick"] else ({"hops": 2}, {"hops": 3}), curriculum_promote_at=0.6,
                 steps=2 if v["quick"] else 12, groups_per_step=2 if v["quick"] else 8, group_size=6,
                 eval_tasks=0, checkpoint_every=6)

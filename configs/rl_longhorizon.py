@@ -10,26 +10,14 @@ The runner (arms, copy warm-up, tokenizer, paired evaluation) is composer_jax/ex
 """
 import ml_collections
 
+from configs import parse_variant
 from configs.tiny import get_config as tiny
 
 SYSTEM = "Tools: read_file(path), write_file(path, content), submit(). One tool call per turn."
 
 
-def parse(arg: str | None) -> dict:
-    out = dict(quick=False, hops=4, filler=6)
-    for item in filter(None, (arg or "").split(",")):
-        key, _, value = item.partition("=")
-        if key == "quick" and not value:
-            out["quick"] = True
-        elif key in ("hops", "filler") and value.isdigit():
-            out[key] = int(value)
-        else:
-            raise ValueError(f"configs/rl_longhorizon.py: unknown variant {item!r}; use quick, hops=N, filler=N")
-    return out
-
-
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    v = parse(arg)
+    v = parse_variant(arg, dict(quick=False, hops=4, filler=6), "configs/rl_longhorizon.py")
     quick, hops = v["quick"], v["hops"]
     c = tiny("test")
     c.name = f"rl_longhorizon{'_' + arg.replace(',', '_').replace('=', '') if arg else ''}"

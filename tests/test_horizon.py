@@ -39,17 +39,20 @@ def test_the_horizon_runner_trains_its_arms_and_pairs_them_on_every_horizon(tmp_
                         "configs/rl_horizon.py:quick", "--workdir", str(tmp_path / "w"), "--out", str(out), *args],
                        check=True, env=dict(os.environ, XLA_FLAGS=""), cwd=ROOT, stdout=subprocess.DEVNULL)
 
-    run("--horizons", "1,3", "--tasks", "2", "--arms", "trained,harness,none,sft")
+    run("--horizons", "1", "--tasks", "2", "--arms", "trained,harness,none,sft")
     r = json.loads(out.read_text())
-    assert r["horizons"] == [1, 3] and r["tasks_per_point"] == [2, 2] and r["seeds"] == [0]
-    assert 1 < r["measured_windows"][0] < r["measured_windows"][1]  # the expert's transcripts, in windows
+    assert r["horizons"] == [1] and r["tasks_per_point"] == [2] and r["seeds"] == [0]
+    assert r["measured_windows"][0] > 1  # the expert's transcripts, in windows (resets at half the window)
     for key in ("pass_rate", "compaction_error", "summary_tokens", "transcript_tokens", "resets"):
-        assert set(r[key]) == {"trained", "harness", "none", "sft"} and all(len(v) == 2 for v in r[key].values())
-    assert r["resets"]["none"] == [0.0, 0.0]  # one context: no summary, no reset
+        assert set(r[key]) == {"trained", "harness", "none", "sft"} and all(len(v) == 1 for v in r[key].values())
+    assert r["resets"]["none"] == [0.0]  # one context: no summary, no reset
     assert all(t is None or t <= 64 for t in r["summary_tokens"]["harness"])  # the summary budget
-    assert set(r["paired"]["3"]) == {"trained_vs_harness", "trained_vs_none", "trained_vs_sft"}
-    assert {"sft", "trained", "harness"} <= set(r["training"]) and "rollout" in r["config"]
-    # A rerun reuses the tokenizer, the SFT policy and the finished arms (no retraining).
-    stamp = (tmp_path / "w" / "trained" / "summary.json").stat().st_mtime_ns
-    run("--horizons", "1", "--tasks", "1", "--arms", "trained")
-    assert (tmp_path / "w" / "trained" / "summary.json").stat().st_mtime_ns == stamp
+    assert set(r["paired"]["1"]) == {"trained_vs_harness", "trained_vs_none", "trained_vs_sft"}
+    assert {"sft", "sft_harness", "trained", "harness"} <= set(r["training"]) and "rollout" in r["config"]
+    assert (tmp_path / "horizon.png").stat().st_size > 10_000
+    # A rerun reuses the SFT runs, the finished arms and the finished evaluations.
+    done = [tmp_path / "w" / "trained" / "summary.json", *(tmp_path / "w" / "evals").glob("*.json")]
+    stamps = [f.stat().st_mtime_ns for f in done]
+    run("--horizons", "1", "--tasks", "2", "--arms", "trained,none")
+    assert [f.stat().st_mtime_ns for f in done] == stamps and json.loads(out.read_text())["passes"]["trained"] == r[
+        "passes"]["trained"]

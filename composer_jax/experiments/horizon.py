@@ -7,7 +7,8 @@
 3. The same RL budget from that checkpoint per trained arm, with the config's length curriculum:
      trained   summary tokens trained with the episode's advantage
      masked    summary tokens get no gradient
-     harness   the harness writes every summary (rollout.compaction="harness"); RL trains the actions
+     harness   the harness writes every summary (rollout.compaction="harness"), in its SFT
+               demonstrations too; RL trains the actions
 4. Every policy on the same held-out tasks of each horizon (HORIZONS in the config: window
    multiple -> notes), same sampling seeds, so each pair of policies is compared episode by
    episode (McNemar); evaluation-only arms:
@@ -31,8 +32,10 @@ import time
 from composer_jax.config_loading import apply_override, load_config, split_overrides
 from composer_jax.experiments.records import RESULTS, write_result
 
-TRAINED_ARMS = {"trained": dict(train_summaries=True), "masked": dict(train_summaries=False),
-                "harness": dict(train_summaries=True, rollout=dict(compaction="harness"))}
+# name -> how it trains; `sft`: the SFT run it starts from (the harness arm's demonstrations are
+# played under harness compaction, so its policy learns to act on the context it will get).
+TRAINED_ARMS = {"trained": dict(train_summaries=True, sft="sft"), "masked": dict(train_summaries=False, sft="sft"),
+                "harness": dict(train_summaries=True, sft="sft_harness", rollout=dict(compaction="harness"))}
 # evaluation arm -> (the policy's checkpoint: an RL arm or "sft", rollout overrides)
 EVAL_ARMS = {"trained": ("trained", {}), "masked": ("masked", {}), "harness": ("harness", {"compaction": "harness"}),
              "none": ("trained", {"max_segments": 1, "summarize_at": 1.0}), "sft": ("sft", {})}
@@ -63,21 +66,27 @@ def tier_config(c, hops_filler: tuple[int, int]):
 
 
 def train_arms(c, work: pathlib.Path, arms: list[str], log=print) -> dict:
-    """SFT once, then each RL arm of `arms` from it (a finished arm, its summary.json there, is reused)."""
+    """Each SFT run the arms need, then each RL arm of `arms` from its SFT checkpoint; a finished
+    run (its sft.json or summary.json there) is reused."""
     from composer_jax.rl.train import run_rl, run_sft
 
     out = {}
-    sft_record = work / "sft" / "sft.json"
-    if not sft_record.exists():
-        record = run_sft(c, work / "sft", demos_cache=work / "demos.pkl", log=log)
-        sft_record.write_text(json.dumps(record, indent=1, default=float))
-    out["sft"] = json.loads(sft_record.read_text())
+    for sft in dict.fromkeys(["sft", *(TRAINED_ARMS[a]["sft"] for a in arms)]):
+        record = work / sft / "sft.json"
+        if not record.exists():
+            cs = copy.deepcopy(c)
+            if sft == "sft_harness":
+                cs.rollout.compaction = "harness"
+            record.parent.mkdir(parents=True, exist_ok=True)
+            result = run_sft(cs, work / sft, demos_cache=work / f"demos_{sft}.pkl", log=log)
+            record.write_text(json.dumps(result, indent=1, default=float))
+        out[sft] = json.loads(record.read_text())
     for name in arms:
         done = work / name / "summary.json"
         if not done.exists():
             ca = copy.deepcopy(c)
             arm = TRAINED_ARMS[name]
-            ca.rl.init_from, ca.rl.train_summaries = str(work / "sft" / "checkpoints"), arm["train_summaries"]
+            ca.rl.init_from, ca.rl.train_summaries = str(work / arm["sft"] / "checkpoints"), arm["train_summaries"]
             ca.rollout.update(arm.get("rollout", {}))
             t = time.perf_counter()
             result = run_rl(ca, work / name, log=lambda line, n=name: log(f"[{n}] {line}"))
@@ -99,17 +108,24 @@ def evaluate_horizons(c, work: pathlib.Path, arms: list[str], horizons: dict[int
         ct = tier_config(c, (hops, filler))
         ids = task_ids(ct.rl, "validation")[:tasks[mult]]
         for name in arms:
+            cached = work / "evals" / f"{name}_{mult}x_{len(ids)}.json"  # a rerun resumes here
+            if cached.exists():
+                points.setdefault(mult, {})[name] = json.loads(cached.read_text())
+                continue
             policy, overrides = EVAL_ARMS[name]
-            ckpt = work / policy / "checkpoints" if policy != "sft" else work / "sft" / "checkpoints"
             rollout = {"max_turns": ct.rollout.max_turns, "max_segments": ct.rollout.max_segments, **overrides}
             t = time.perf_counter()
-            loop = _policy_loop(run, str(ckpt), ct.rl, rollout)
+            loop = _policy_loop(run, str(work / policy / "checkpoints"), ct.rl, rollout)
             try:
                 ev = evaluate(loop, ids, seed=seeds(c).eval, outcomes=True, sampling=eval_sampling(c))
             finally:
                 loop.close()
             ev["wall_s"] = time.perf_counter() - t
             points.setdefault(mult, {})[name] = ev
+            cached.parent.mkdir(exist_ok=True)
+            partial = cached.with_suffix(".partial")
+            partial.write_text(json.dumps(ev, default=float))
+            partial.replace(cached)
             log(f"{mult}x ({hops} notes) {name}: pass {ev['pass_rate']:.3f} [{ev['ci95_low']:.2f}, "
                 f"{ev['ci95_high']:.2f}] compaction_error {ev.get('compaction_error', float('nan')):.3f} "
                 f"transcript {ev['transcript_tokens']:.0f} tokens, {ev['wall_s']:.0f} s")
@@ -148,25 +164,31 @@ def record(c, horizons, tasks, windows, trained, points) -> dict:
 
 
 def plot(rec: dict, path: pathlib.Path) -> None:
-    """Pass rate (95% Wilson band) against the measured transcript length in windows, per arm."""
+    """Per arm against the measured transcript length in windows: pass rate (95% Wilson band),
+    mean reward (the share of hidden tests passed) and compaction error."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
     x = [w or m for w, m in zip(rec["measured_windows"], rec["horizons"])]
-    for arm, rates in rec["pass_rate"].items():
-        keep = [i for i, r in enumerate(rates) if r is not None]
-        if not keep:
-            continue
-        ax.plot([x[i] for i in keep], [rates[i] for i in keep], marker="o", label=arm)
-        ax.fill_between([x[i] for i in keep], [rec["ci95"][arm][i][0] for i in keep],
-                        [rec["ci95"][arm][i][1] for i in keep], alpha=0.12)
-    ax.set(xscale="log", xlabel=f"transcript length (windows of {rec['window']} tokens)", ylabel="held-out pass rate",
-           ylim=(-0.02, 1.02), title="LongHorizon registers: pass rate vs horizon")
-    ax.legend()
+    panels = (("pass_rate", "held-out pass rate"), ("reward", "mean reward (hidden tests passed)"),
+              ("compaction_error", "compaction error (facts dropped)"))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, (key, label) in zip(axes, panels):
+        for i, (arm, values) in enumerate(rec[key].items()):
+            keep = [j for j, v in enumerate(values) if v is not None]
+            if not keep:
+                continue
+            ax.plot([x[j] for j in keep], [values[j] for j in keep], marker="o", label=arm, color=f"C{i}")
+            if key == "pass_rate":
+                ax.fill_between([x[j] for j in keep], [rec["ci95"][arm][j][0] for j in keep],
+                                [rec["ci95"][arm][j][1] for j in keep], alpha=0.1, color=f"C{i}")
+        ax.set(xscale="log", xlabel=f"transcript length (windows of {rec['window']} tokens)", ylabel=label,
+               ylim=(-0.02, 1.02))
+    axes[0].legend()
+    fig.suptitle("LongHorizon registers tier: trained self-summaries vs baselines, by horizon")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 

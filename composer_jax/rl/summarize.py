@@ -116,14 +116,19 @@ SPECIAL = re.compile(r"<\|[^|<>]+\|>")  # harness tokens end a line
 LINE_NUMBER = re.compile(r"^\s*\d+\t")  # read_file's numbering
 
 
+def fact_like(line: str) -> bool:
+    """A quoted value, a path, or a short statement (prose filler runs longer); tool calls are not facts."""
+    return bool(line) and not line.startswith("{") and (bool(FACT_LINE.search(line)) or len(line.split()) <= 6)
+
+
 def harness_summary(text: str, budget: int, encode) -> list[int]:
     """The harness compaction baseline (rollout.compaction="harness"): no policy summary, but
-    the lines of the context that look like facts (a `quoted` value or a path; tool calls are
-    not facts), newest first, each once, as many as fit in `budget` tokens, in context order."""
+    the lines of the context that look like facts (`fact_like`), newest first, each once, as
+    many as fit in `budget` tokens, in context order: a sliding window over the facts seen."""
     lines = [LINE_NUMBER.sub("", ln).strip() for ln in SPECIAL.sub("\n", text).splitlines()]
     kept, used, seen = [], 0, set()
     for line in reversed(lines):
-        if not line or line in seen or line.startswith("{") or not FACT_LINE.search(line):
+        if line in seen or not fact_like(line):
             continue
         seen.add(line)
         n = len(encode(line + "\n"))
