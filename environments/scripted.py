@@ -61,12 +61,14 @@ class NoteChainPolicy:
         for block in blocks:
             indices = ([int(i) for i, _, _ in FRAGMENT.findall(block)] + [int(m[0]) for m in REGISTER.findall(block)]
                        or ([0] if KEY.search(block) else []))
-            nxt = NEXT.findall(block)[-1:]  # a harness-written summary may keep several: the newest
-            if indices and max(indices) > furthest and (nxt or LAST in block):
-                furthest, pointer = max(indices), (nxt[0] if nxt else LAST)
+            # a harness-written summary may keep several pointers: the newest (in context order) counts
+            nxt = NEXT.findall(block)[-1:]
+            at_end = LAST in block and block.rfind(LAST) > block.rfind("Next note: ")
+            if indices and max(indices) > furthest and (nxt or at_end):
+                furthest, pointer = max(indices), (LAST if at_end else nxt[0])
         return dict(key=key.group(1) if key else None, fragments=fragments, registers=registers,
                     pointer=pointer, furthest=furthest,
-                    written=WRITTEN in context or '"name": "write_file"' in context)
+                    written=WRITTEN in context or '"name": "write_file"' in context or "Wrote config.py" in context)
 
     def act(self, context: str) -> str:
         f = self.facts(context)
