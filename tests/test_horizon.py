@@ -19,7 +19,7 @@ def test_tier_caps_follow_the_longest_chain_trained_or_evaluated():
     c = load_config("configs/rl_horizon.py")
     validate(c)
     longest_curriculum = max(t["hops"] for t in c.rl.curriculum)
-    assert c.rl.suite_options.carry == "registers" and c.rollout.max_segments == max(6, longest_curriculum) + 4
+    assert c.rl.suite_options.carry == "registers" and c.rollout.max_segments == max(c.rl.suite_options.hops, longest_curriculum) + 4
     hops, filler = HORIZONS[100]
     long = tier(load_config("configs/rl_horizon.py"), hops, filler)
     assert (long.rl.suite_options.hops, long.rl.suite_options.filler_lines) == (hops, filler)

@@ -10,7 +10,7 @@
      harness   the harness writes every summary (rollout.compaction="harness"), in its SFT
                demonstrations too; RL trains the actions
 4. Every policy on the same held-out tasks of each horizon (HORIZONS in the config: window
-   multiple -> notes), same sampling seeds, so each pair of policies is compared episode by
+   multiple -> (notes, filler lines)), same sampling seeds, so each pair of policies is compared episode by
    episode (McNemar); evaluation-only arms:
      none      the trained policy without resets (one context; truncated when full)
      sft       the SFT policy, before RL, writing its own summaries
