@@ -208,7 +208,7 @@ def main(argv=None):
     p.add_argument("--arms", default=",".join(EVAL_ARMS), help=f"comma list of {tuple(EVAL_ARMS)}")
     p.add_argument("--horizons", default="", help="comma list of window multiples (default: the config's HORIZONS)")
     p.add_argument("--tasks", type=int, default=16, help="held-out tasks per point")
-    p.add_argument("--long_tasks", type=int, default=8, help="tasks per point at 30x and beyond")
+    p.add_argument("--long_tasks", type=int, default=4, help="tasks per point at 30x and beyond")
     p.add_argument("--out", default="", help="result path (default benchmarks/results/horizon.json)")
     argv, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
