@@ -95,9 +95,9 @@ def agent_loop_env_fraction(graphdef, params, cfg, episodes, slots):
 
 
 def reset_cost(graphdef, params, cfg, episodes, keeps_prompt: bool):
-    """Summary resets with and without keeping the prompt's KV: LongHorizon episodes (8 notes of 8 filler lines,
-    the env's own tool manual as system prompt) played by the scripted expert, teacher-forced
-    through the real engine, so both runs prefill the same tokens except at resets."""
+    """Summary resets with and without keeping the prompt's KV: LongHorizon episodes (8 notes of 8
+    filler lines, the env's own tool manual as system prompt) played by the scripted expert,
+    teacher-forced through the real engine, so both runs prefill the same tokens except at resets."""
     from environments.scripted import NoteChainPolicy
 
     tok = Tokenizer.byte_level()

@@ -7,8 +7,9 @@ context, at tiny scale on CPU (docs/results/horizon.md; runner composer_jax/expe
 Variants (`configs/rl_horizon.py:ARG`, ARG a comma list): `quick` (minutes: the tests),
 `hops=N` (the tier of the SFT demonstrations; default 4), `drop_key=F` (how often the
 demonstrator's summaries drop the key; default 0.1). Run 1 of docs/results/horizon.md was
-`:hops=6,drop_key=0.25` (its demonstrator passed 19% of its runs; the SFT policy too few). The task: follow a chain of notes, each setting one
-of 2 registers (later notes overwrite earlier ones), and write the access key (first note) and
+`:hops=6,drop_key=0.25` (its demonstrator passed 19% of its runs; the SFT policy too few).
+
+The task: follow a chain of notes, each setting one of 2 registers (later notes overwrite earlier ones), and write the access key (first note) and
 both registers' last values. The state a summary must carry stays 4 facts however long the
 chain, so longer tiers need the summary to compress (drop superseded values), not to grow.
 """
@@ -20,7 +21,8 @@ from configs.rl_longhorizon import get_config as longhorizon
 
 # Window multiple -> (notes after the start note, filler lines per note). A note of 8 filler
 # lines fills most of a 512-token segment: ~0.65 windows a note, measured on the expert's
-# transcripts (the runner records each tier's real multiple). 1x: 2 short notes, no reset.
+# transcripts (the runner records each tier's real multiple). 1x: 2 notes without filler
+# (1.4 windows with the summaries, which start at half the window).
 HORIZONS = {1: (2, 0), 3: (3, 8), 10: (14, 8), 30: (48, 8), 100: (162, 8)}
 CURRICULUM = ({"hops": 2}, {"hops": 4}, {"hops": 8})  # RL's length curriculum, shortest first
 

@@ -10,8 +10,8 @@
      harness   the harness writes every summary (rollout.compaction="harness"), in its SFT
                demonstrations too; RL trains the actions
 4. Every policy on the same held-out tasks of each horizon (HORIZONS in the config: window
-   multiple -> (notes, filler lines)), same sampling seeds, so each pair of policies is compared episode by
-   episode (McNemar); evaluation-only arms:
+   multiple -> (notes, filler lines)), same sampling seeds, so each pair of policies is compared
+   episode by episode (McNemar); evaluation-only arms:
      none      the trained policy without resets (one context; truncated when full)
      sft       the SFT policy, before RL, writing its own summaries
    Per arm and horizon: pass rate (Wilson 95%), compaction error (facts the env said later turns
@@ -159,7 +159,7 @@ def record(c, horizons, tasks, windows, trained, points) -> dict:
         compaction_error=series("compaction_error"), summary_tokens=series("compaction_tokens"),
         transcript_tokens=series("transcript_tokens"), resets=series("resets_per_episode"),
         reward=series("reward"), paired=paired,
-        training={k: v for k, v in trained.items()}, config=dict(
+        training=dict(trained), config=dict(
             rl=c.rl.to_dict(), rollout=c.rollout.to_dict(), sft=c.sft.to_dict(), model=c.model.to_dict()))
 
 
@@ -220,7 +220,10 @@ def main(argv=None):
     arms = [a for a in args.arms.split(",") if a]
     if unknown := sorted(set(arms) - set(EVAL_ARMS)):
         p.error(f"--arms: unknown {unknown}; choose from {tuple(EVAL_ARMS)}")
-    horizons = {int(m): HORIZONS[int(m)] for m in args.horizons.split(",")} if args.horizons else dict(HORIZONS)
+    wanted = [m for m in args.horizons.split(",") if m] if args.horizons else list(map(str, HORIZONS))
+    if bad := [m for m in wanted if not m.isdigit() or int(m) not in HORIZONS]:
+        p.error(f"--horizons: {bad} not among the config's HORIZONS {sorted(HORIZONS)}")
+    horizons = {int(m): HORIZONS[int(m)] for m in wanted}
     tasks = {m: args.long_tasks if m >= 30 else args.tasks for m in horizons}
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -229,7 +232,13 @@ def main(argv=None):
     if not tok.exists():
         train_tokenizer(c, tok)
     c.rl.tokenizer = str(tok)
-    windows = {m: measured_windows(c, h) for m, h in horizons.items()}
+    known = work / "windows.json"  # the expert's transcript length per (notes, filler): measured once
+    measured = json.loads(known.read_text()) if known.exists() else {}
+    for h in horizons.values():
+        if f"{h[0]}-{h[1]}" not in measured:
+            measured[f"{h[0]}-{h[1]}"] = measured_windows(c, h)
+    known.write_text(json.dumps(measured))
+    windows = {m: measured[f"{h[0]}-{h[1]}"] for m, h in horizons.items()}
     print("measured windows per tier:", windows, flush=True)
     trained = train_arms(c, work, list(dict.fromkeys(EVAL_ARMS[a][0] for a in arms if EVAL_ARMS[a][0] in TRAINED_ARMS)))
 
