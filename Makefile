@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Extras per target. test: dev (test tools; torch CPU + transformers as parity references),
-# ray (the environment fleet) and seqio (T5X-style data sources), so every test runs in CI.
+# ray (the environment fleet), seqio (T5X-style data sources) and serve (the endpoint and the
+# openai client), so every test runs in CI.
 RUN_EXTRAS ?= ray
-TEST_EXTRAS ?= dev,ray,seqio
+TEST_EXTRAS ?= dev,ray,seqio,serve
 
 .PHONY: run test clean
 

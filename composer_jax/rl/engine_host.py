@@ -263,6 +263,16 @@ class RolloutEngine:
             self.state = self._clear(self._seed(self.state, slots_p, keys_pk), slots_p)
         self._lengths[list(slots)] = 0
 
+    def seed(self, slots: Sequence[int], keys: Sequence[jax.Array]) -> None:
+        """New sampling keys (step counters at 0) for `slots`, keeping their contexts (a served
+        request continuing a parked context samples as if its prompt were fresh)."""
+        slots_p = self._slot_array(slots)
+        keys_pk = jnp.stack([jax.random.key_data(k) for k in keys])
+        keys_pk = jnp.concatenate([keys_pk, jnp.zeros((len(slots_p) - len(slots), keys_pk.shape[1]),
+                                                      keys_pk.dtype)])
+        with self._mesh_context():
+            self.state = self._seed(self.state, slots_p, keys_pk)
+
     def clear(self, slots: Sequence[int]) -> None:
         """Empty the contexts of `slots` (a summary reset), keeping their keys and counters."""
         with self._mesh_context():
