@@ -163,6 +163,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             keep=3,
             curriculum=(),  # suite_options overrides, shortest first: a length curriculum (rl/cursor.py)
             curriculum_promote_at=0.8,  # train pass rate that moves it to the next tier
+            # Who drives the episodes: "native" (our agent loop and tool protocol) or
+            # "mini_swe_agent" (the PyPI harness through our OpenAI endpoint; rl/harness_loop.py).
+            harness="native",
             loss=dict(name="ppo", clip_low=0.2, clip_high=0.28, gspo_clip_low=3e-4, gspo_clip_high=4e-4,
                       cispo_is_low=1.0, cispo_is_high=0.28, aggregation="token_mean", norm_constant=1024.0,
                       tis_cap=2.0, kl_coef=0.0, kl_estimator="k3", entropy_coef=0.0),

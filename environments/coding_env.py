@@ -136,6 +136,19 @@ class CodingEnv(gym.Env):
         # The last line of defence: a lone surrogate must never reach a tokenizer.
         return utf8_text(observation), reward, terminated, truncated, info
 
+    def shell(self, cmd: str) -> tuple[str, int]:
+        """(output, exit code) of a shell command run like the `run` tool, in the episode's
+        sandboxed workspace: how a third-party harness (composer_jax/harness/mini_swe_agent.py)
+        acts in this env. Counts a turn; grading is still `submit`'s, outside the sandbox."""
+        if self._toolbox is None:
+            raise RuntimeError("the episode is over (or never started); call reset() first")
+        self._turn += 1
+        r = self._toolbox.shell(cmd)
+        output = r.stdout + r.stderr + ("\n[timed out]" if r.timed_out else "")
+        if over := self._over_quota():
+            output += f"\n[{over}: submit scores 0 unless you delete files]"
+        return output, r.returncode
+
     def close(self):
         self._release_workspace()
         super().close()

@@ -6,7 +6,6 @@ trip uses a policy whose tokens are scripted but scored by the real model.
 """
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import time
 
@@ -20,13 +19,14 @@ from composer_jax.config_loading import load_config
 from composer_jax.harness.protocol import format_tool_call
 from composer_jax.rl import train
 from composer_jax.rl.engine import expert_shape
-from composer_jax.rl.engine_host import Generated, RolloutEngine
+from composer_jax.rl.engine_host import RolloutEngine
 from composer_jax.rl.learner import make_logp
 from composer_jax.rl.segments import episode_sequences, pack
 from composer_jax.serve import chat, sessions
 from composer_jax.serve.app import Background
 from composer_jax.serve.server import Server
 from composer_jax.train.step import split_params
+from scripted_engine import ScriptedEngine  # tests/scripted_engine.py
 
 ROLLOUT = ["rollout.window=512", "rollout.turn_budget=32", "rollout.summary_budget=24", "rollout.slots=8",
            "rollout.prefill_buckets=(64, 256)", "rollout.summarize_at=0.9"]
@@ -160,34 +160,6 @@ def test_summarisation_at_the_endpoint_runs_a_conversation_over_several_windows(
     assert ep.transcript_tokens > 3 * server.rollout.window
     learner, recorded = learner_vs_recorded(run, ep, 1.0)
     np.testing.assert_allclose(learner, recorded, atol=1e-5)
-
-
-class ScriptedEngine:
-    """The real engine, but `generate` emits scripted ids (scored by the model: real log-probs
-    and expert choices) so a random model can "call a tool"."""
-
-    def __init__(self, engine: RolloutEngine, scripts, delay: float = 0.0):
-        self._engine, self._scripts, self._left, self._delay = engine, collections.deque(scripts), {}, delay
-
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
-
-    def generate(self, slots, budgets, stops):
-        time.sleep(self._delay)
-        out = []
-        for slot, budget, stop in zip(slots, budgets, stops):
-            if slot not in self._left:
-                self._left[slot] = list(self._scripts.popleft())
-            left = self._left[slot]
-            take = []
-            while left and len(take) < budget and not (take and take[-1] in stop):
-                take.append(left.pop(0))
-            scored = self._engine.append([slot], [take])[0]
-            stopped = bool(take) and take[-1] in stop
-            if stopped or not left:
-                del self._left[slot]
-            out.append(Generated(np.array(take, np.int32), scored.logp, scored.logp, scored.experts, stopped))
-        return out
 
 
 def test_cancelled_stream_frees_its_slot_and_records_nothing(run, engine2):

@@ -420,6 +420,11 @@ class Toolbox:
             self.backend.destroy(ws)
         return Observation(format_run_result(result), ok=True)
 
+    def shell(self, cmd: str) -> RunResult:
+        """A shell command in the workspace's sandbox, as `run` does, with the raw result (a
+        third-party harness formats its own observations)."""
+        return self._run(["/bin/sh", "-c", cmd])
+
     def _sandboxed(self, argv: list[str]) -> Observation:
         return Observation(format_run_result(self._run(argv)), ok=True)
 

@@ -83,6 +83,7 @@ class RLConfig:
     # Evaluations stay on rl.suite_options (the target).
     curriculum: tuple = ()
     curriculum_promote_at: float = 0.8
+    harness: str = "native"  # native | mini_swe_agent (rl/harness_loop.py)
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> RLConfig:
@@ -107,6 +108,11 @@ class RLConfig:
                               "above 1 the curriculum would never leave its first tier")
         if not 0.0 <= out.negative_weight <= 1.0:
             raise ConfigError(f"rl.negative_weight={out.negative_weight}: must be in [0, 1]")
+        if out.harness not in ("native", "mini_swe_agent"):
+            raise ConfigError(f"rl.harness={out.harness!r}: use 'native' or 'mini_swe_agent'")
+        if out.harness != "native" and not out.env_id.startswith(("composer/BugFix", "composer/Implement")):
+            raise ConfigError(f"rl.harness={out.harness!r} acts through shell commands: rl.env_id must be a "
+                              f"BugFix or Implement suite (the tools a shell reaches), not {out.env_id!r}")
         return out
 
 

@@ -242,6 +242,11 @@ class RolloutEngine:
         return old
 
     @property
+    def sampling(self) -> tuple[float, float]:
+        """(temperature, top_p) of the next generations."""
+        return float(self._sampling[0]), float(self._sampling[1])
+
+    @property
     def params(self) -> nnx.State:
         """The policy as the engine holds it (in the inference layout on a mesh)."""
         return jax.tree.unflatten(self._param_tree, self._params)

@@ -109,9 +109,19 @@ def build(config, optim_cfg, *, init_from: str = "", make_policy=None, engine: b
         return Run(config, model_cfg, mesh, tok, graphdef, tx, state, None, None)
     rollout_engine = RolloutEngine(graphdef, params, model_cfg, rollout_config(config),
                                    valid_vocab=tok.vocab_size, mesh=mesh)
-    loop = AgentLoop(rollout_engine, tok, rollout_engine.rollout, make_env or local_factory(config.rl),
-                     make_policy=make_policy)
+    loop = make_loop(config, rollout_engine, tok, make_env or local_factory(config.rl), make_policy)
     return Run(config, model_cfg, mesh, tok, graphdef, tx, state, rollout_engine, loop)
+
+
+def make_loop(config, engine: RolloutEngine, tok, make_env, make_policy=None):
+    """Who drives the episodes (rl.harness): our agent loop, or a third-party harness through
+    the OpenAI endpoint on the same engine (rl/harness_loop.py). Same interface either way."""
+    if config.rl.get("harness", "native") == "native":
+        return AgentLoop(engine, tok, engine.rollout, make_env, make_policy=make_policy)
+    if make_policy is not None:
+        raise ConfigError(f"rl.harness={config.rl.harness!r}: a scripted policy plays only the native harness")
+    from composer_jax.rl.harness_loop import HarnessLoop
+    return HarnessLoop(engine, tok, engine.rollout, make_env, step_limit=int(config.rl.env_max_turns))
 
 
 def load_params(config, directory: str, model_cfg, mesh, tx) -> nnx.State:
@@ -382,7 +392,7 @@ def evaluate_policy(config, init_from: str, suites: dict[str, str], tasks: int, 
             if env_id != config.rl.env_id:
                 rl_cfg.suite_options = {}
         with RunEnvs(config) as envs:  # one suite's worker pool at a time
-            loop = AgentLoop(run.engine, run.tokenizer, run.engine.rollout, envs.factory(rl_cfg, "validation"))
+            loop = make_loop(config, run.engine, run.tokenizer, envs.factory(rl_cfg, "validation"))
             try:
                 ids = task_ids(rl_cfg, "validation")[:int(tasks)]
                 with jax.set_mesh(run.mesh):

@@ -103,18 +103,38 @@ class Recorder:
             return s
 
 
-def episode(session: Session, *, leaf: str | None = None, reward: float = 0.0, index: int = 0,
-            task: dict | None = None, task_id: str | None = None, end_reason: str = "submit") -> Episode:
-    """The chain of completions ending at `leaf` (default the newest) as an Episode: the ids,
-    log-probs and expert choices exactly as sampled, a Segment per context, a Turn per policy
-    piece. `reward` and `end_reason` are the grader's."""
+def context_experts(session: Session, completion: Completion) -> np.ndarray:
+    """Expert choices of every id of `completion.context` (its chain's pieces since the last
+    reset or fresh prompt)."""
+    rows: list[np.ndarray] = []
+    for c in session.chain(completion.id):
+        for piece in c.pieces:
+            if piece[0] in ("prompt", "reset"):
+                rows = [np.asarray(piece[2])]
+            else:
+                rows.append(np.asarray(piece[2] if piece[0] == "harness" else piece[5]))
+    return np.concatenate(rows)
+
+
+def episode(session: Session, *, reward: float = 0.0, index: int = 0, task: dict | None = None,
+            task_id: str | None = None, end_reason: str = "submit") -> Episode:
+    """Every completion of the session as one Episode: the ids, log-probs and expert choices
+    exactly as sampled, a Turn per policy piece. A completion that continues the newest one of
+    a segment extends it; one that starts afresh (a harness that dropped a reply, a reset)
+    or branches off an earlier completion opens a new segment, so each sampled token is in
+    exactly one segment. `reward` and `end_reason` are the grader's."""
     ep = Episode(index, dict(task or {}), task_id=task_id, reward=float(reward))
-    seg: Segment | None = None
-    for c in session.chain(leaf):
+    tips: dict[str, Segment] = {}  # completion id -> the segment it ends (extendable)
+    for c in session.completions.values():
+        seg = tips.pop(c.parent, None) if c.parent is not None else None
+        if seg is None and c.parent is not None:  # its parent's segment went on without it: a branch
+            parent = session.completions[c.parent]
+            seg = Segment(prompt=list(parent.context), prompt_experts=context_experts(session, parent))
+            ep.segments.append(seg)
         for piece in c.pieces:
             kind = piece[0]
             if kind in ("prompt", "reset"):
-                if seg is not None:
+                if seg is not None and kind == "reset":
                     seg.end_reason = "summary_reset"
                 seg = Segment(prompt=list(piece[1]), prompt_experts=np.asarray(piece[2]))
                 ep.segments.append(seg)
@@ -126,4 +146,5 @@ def episode(session: Session, *, leaf: str | None = None, reward: float = 0.0, i
                 seg.add(ids, experts, logp=logp, logp_sampler=logp_sampler, policy=True)
                 seg.turns.append(Turn(turn_kind, start, len(seg.tokens), reason))
                 ep.turns += turn_kind == "action"
+        tips[c.id] = seg
     return ep.finish(end_reason) if ep.segments else ep

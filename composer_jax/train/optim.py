@@ -11,8 +11,10 @@ import optax
 
 def learning_rate_schedule(train_cfg: Mapping[str, Any]) -> optax.Schedule:
     peak = train_cfg["lr"]
-    warmup = max(int(train_cfg["warmup_steps"]), 1)
+    warmup = int(train_cfg["warmup_steps"])
     decay_steps = max(int(train_cfg["steps"]), warmup + 1)
+    if warmup == 0:  # no warmup: the first step already moves (optax's would start at init_value 0)
+        return optax.cosine_decay_schedule(peak, decay_steps, alpha=train_cfg["min_lr_ratio"])
     return optax.warmup_cosine_decay_schedule(
         init_value=0.0, peak_value=peak, warmup_steps=warmup, decay_steps=decay_steps,
         end_value=peak * train_cfg["min_lr_ratio"])
