@@ -8,6 +8,7 @@ episode source and nothing else: the same engine (the learner's new weights reac
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -63,7 +64,10 @@ class HarnessLoop:
         with concurrent.futures.ThreadPoolExecutor(self.engine.slots) as pool:
             episodes = list(pool.map(one, range(len(tasks))))
         bar.close()
-        self.stats = dict(wall_s=time.perf_counter() - started, **self.server.scheduler.stats)
+        exits = collections.Counter(str(ep.info.get("harness_exit", "no_session")).split(":")[0] for ep in episodes)
+        self.stats = dict(wall_s=time.perf_counter() - started, **self.server.scheduler.stats,
+                          **{f"harness_exit_{k}": v for k, v in exits.items()},
+                          harness_commands=sum(ep.info.get("harness_commands", 0) for ep in episodes))
         return episodes
 
     def _episode(self, env, i: int, task: dict, episode_id: int, temperature: float) -> Episode:

@@ -4,7 +4,8 @@ Each choice of a request is a `Job` on one engine slot. The loop repeats: drop c
 (their slots are freed at once), admit waiting jobs into free slots (one batched prefill), then
 decode one chunk of `chunk` tokens for every running job that shares a sampling setting
 (temperature, top_p are arguments of the compiled decode, so settings take turns chunk by
-chunk). New requests therefore join between chunks, never waiting for others to finish.
+chunk); a chunk is one token while a job in it has none yet, so its first token is not held
+up behind a whole chunk. New requests therefore join between chunks, never waiting for others to finish.
 
 A finished job's slot is parked with its context: the session's next request, whose ids start
 with exactly that context, prefills only its new tokens. Parked slots are evicted oldest first
@@ -231,7 +232,10 @@ class Scheduler:
         self._turn += 1
         jobs = groups[key]
         self.engine.set_sampling(*key)
-        budgets = [min(self.chunk, j.phases[-1].budget - len(j.phases[-1].tokens)) for j in jobs]
+        # A job that has no token yet gets one at once (time to first token = its prefill + one
+        # step, not a whole chunk): the call is then a single step for the group.
+        step = 1 if any(not j.phases[-1].tokens and j.phases[-1].kind == "action" for j in jobs) else self.chunk
+        budgets = [min(step, j.phases[-1].budget - len(j.phases[-1].tokens)) for j in jobs]
         out = self.engine.generate([j.slot for j in jobs], budgets, [j.phases[-1].stops for j in jobs])
         self.stats["decode_calls"] += 1
         for job, gen in zip(jobs, out):
