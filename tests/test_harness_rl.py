@@ -19,7 +19,6 @@ from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.envs import local_factory, task_ids
 from composer_jax.rl.harness_loop import HarnessLoop
 from composer_jax.rl.learner import Learner, full_state
-from composer_jax.train.step import create_train_state
 from environments.suites import make_suite
 from scripted_engine import ScriptedEngine  # tests/scripted_engine.py
 

@@ -226,3 +226,14 @@ def test_parse_reply_keeps_malformed_calls_as_content():
                  "x<|tool_call|>{not json<|/tool_call|>", "x<|tool_call|>{\"name\": \"read_file\""]:
         content, calls = chat.parse_reply(text, tools)
         assert calls is None and content == text
+
+
+def test_recorder_drops_the_oldest_session_past_its_bound():
+    rec = sessions.Recorder(max_sessions=2)
+    user = chat.normalise({"role": "user", "content": "hi"})
+    for i in range(3):
+        reply = chat.normalise({"role": "assistant", "content": f"r{i}"})
+        rec.add(f"s{i}", [sessions.Completion(f"c{i}", None, [], [1, 2], (user,), reply, "t", "stop", 2, 1)])
+    assert rec.ids() == ["s1", "s2"]
+    assert rec.find([user, chat.normalise({"role": "assistant", "content": "r0"}), user], "t") is None
+    assert rec.find([user, chat.normalise({"role": "assistant", "content": "r2"}), user], "t")[0] == "s2"

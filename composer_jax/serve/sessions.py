@@ -62,7 +62,8 @@ class Recorder:
     """Sessions by id, and every completion by what a continuing request starts with
     (thread-safe). Only whole requests are added: a failed or cancelled one leaves nothing."""
 
-    def __init__(self):
+    def __init__(self, max_sessions: int = 10_000):
+        self.max_sessions = max_sessions  # the oldest session is dropped past this (a server that runs for days)
         self._sessions: dict[str, Session] = {}
         self._by_key: dict[tuple, tuple[str, str]] = {}  # Completion.key() -> (session, completion)
         self._lock = threading.Lock()
@@ -84,6 +85,8 @@ class Recorder:
             for c in completions:
                 s.completions[c.id] = c
                 self._by_key[c.key()] = (session_id, c.id)
+        while len(self._sessions) > self.max_sessions:
+            self.pop(next(iter(self._sessions)))
 
     def get(self, session_id: str) -> Session | None:
         with self._lock:
