@@ -27,7 +27,8 @@ from composer_jax.seeds import seeds
 
 
 def main(argv=None) -> None:
-    argv, overrides = split_overrides(argv)
+    given = list(argv or [])
+    argv, overrides = split_overrides(given)
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True)
     p.add_argument("--tasks", type=int, default=4)
@@ -40,7 +41,7 @@ def main(argv=None) -> None:
     ids = task_ids(config.rl, "validation")[:args.tasks]
     make_env = local_factory(config.rl, "validation")
     out = dict(config=args.config, init_from=config.rl.init_from, tasks=ids, arms={},
-               command="python benchmarks/harness_eval.py " + " ".join(argv or []))
+               command="python benchmarks/harness_eval.py " + " ".join(given))
     for arm in args.arms.split(","):
         loop = (HarnessLoop(run.engine, run.tokenizer, run.engine.rollout, make_env,
                             step_limit=int(config.rl.env_max_turns)) if arm == "mini_swe_agent"

@@ -25,7 +25,8 @@ from environments.suites.implement import ImplementSuite, grade_single_turn, sin
 
 
 def main(argv=None) -> None:
-    argv, overrides = split_overrides(argv)
+    given = list(argv or [])
+    argv, overrides = split_overrides(given)
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True)
     p.add_argument("--checkpoint", required=True)
@@ -76,7 +77,7 @@ def main(argv=None) -> None:
         same_outcome=sum(r["passed"] == r["reference_passed"] for r in compared),
         same_reply=sum(bool(r["same_reply"]) for r in compared), wall_s=wall,
         output_tokens_per_s=sum(r["n_tokens"] for r in rows) / wall, streams=args.streams,
-        command="python benchmarks/humaneval_endpoint_bench.py " + " ".join(argv or []), rows=rows)
+        command="python benchmarks/humaneval_endpoint_bench.py " + " ".join(given), rows=rows)
     pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
 

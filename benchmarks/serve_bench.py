@@ -86,7 +86,8 @@ def hf_peer(gguf: str, streams: int, max_tokens: int, dtype: str) -> dict:
 
 
 def main(argv=None) -> None:
-    argv, overrides = split_overrides(argv)
+    given = list(argv or [])
+    argv, overrides = split_overrides(given)
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default="configs/tiny.py")
     p.add_argument("--checkpoint", default="")
@@ -124,7 +125,7 @@ def main(argv=None) -> None:
     result = dict(config=args.config, checkpoint=args.checkpoint, model=server.model_name,
                   max_tokens=args.max_tokens, chunk=args.chunk, slots=server.engine.slots,
                   machine=f"{platform.machine()} CPU x{__import__('os').cpu_count()}", rows=rows,
-                  command="python benchmarks/serve_bench.py " + " ".join(argv or []))
+                  command="python benchmarks/serve_bench.py " + " ".join(given))
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out}")
