@@ -16,6 +16,7 @@ from typing import Any
 
 import tqdm
 
+from composer_jax.errors import ConfigError
 from composer_jax.harness import mini_swe_agent
 from composer_jax.rl.engine_host import RolloutEngine
 from composer_jax.rl.rollout_config import RolloutConfig
@@ -24,7 +25,7 @@ from composer_jax.serve import sessions
 from composer_jax.serve.app import Background
 from composer_jax.serve.server import Server
 
-HARNESSES = ("native", "mini_swe_agent")
+HARNESS = "mini_swe_agent"
 MODEL_NAME = "policy"
 
 
@@ -64,6 +65,10 @@ class HarnessLoop:
         with concurrent.futures.ThreadPoolExecutor(self.engine.slots) as pool:
             episodes = list(pool.map(one, range(len(tasks))))
         bar.close()
+        if episodes and all(ep.end_reason == "env_error" for ep in episodes):
+            statuses = sorted({ep.info.get("error", "") for ep in episodes})
+            raise ConfigError(f"rl.harness={HARNESS!r}: no episode reached the model ({'; '.join(statuses)[:800]}); "
+                              f"a prompt longer than rollout.window={self.rollout.window} is the usual cause")
         exits = collections.Counter(str(ep.info.get("harness_exit", "no_session")).split(":")[0] for ep in episodes)
         self.stats = dict(wall_s=time.perf_counter() - started, **self.server.scheduler.stats,
                           **{f"harness_exit_{k}": v for k, v in exits.items()},
