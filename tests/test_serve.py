@@ -120,6 +120,7 @@ def test_stream_n_and_concurrency_give_the_sequential_tokens(served):
     texts = [c.message.content for c in a.choices]
     assert [c.index for c in a.choices] == [0, 1, 2]
     assert texts == [c.message.content for c in b.choices] and len(set(texts)) > 1
+    assert ask(client, prompts[1], temperature=1.0, seed=-(2**62)).choices  # any int64 seed (OpenAI's)
 
 
 def test_a_recorded_session_trains_exactly_what_was_sampled(served, run):

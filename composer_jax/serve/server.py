@@ -153,7 +153,10 @@ class Server:
         seed = body.get("seed")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise RequestError("'seed' must be an integer", "seed")
-        key = jax.random.fold_in(self._key, seed if seed is not None else 1_000_000 + next(self._counter))
+        # Any int64 seed (OpenAI's), and the turn: a session's turns sharing one seed draw fresh noise.
+        seed = seed % 2**64 if seed is not None else 2**63 + next(self._counter)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(self._key, seed >> 32), seed & 0xFFFFFFFF),
+                                 len(raw))
         base_experts = _base_experts(self.recorder, session, parent)
         jobs = [Job(key=jax.random.fold_in(key, i), context=context, reuse=parent.id if parent else None,
                     reuse_len=reuse_len, base_len=base_len, base_experts=base_experts, max_tokens=max_tokens,
