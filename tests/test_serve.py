@@ -219,6 +219,16 @@ def test_tool_call_round_trip(run, engine2):
         server.close()
 
 
+def test_tools_are_listed_in_the_model_templates_words():
+    tools = chat.parse_tools(TOOLS)
+    ours = chat.to_messages([{"role": "user", "content": "hi"}], tools)
+    qwen = chat.to_messages([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}], tools,
+                            "qwen2")
+    assert ours[0].role == "system" and "read_file" in ours[0].content and "<tools>" not in ours[0].content
+    assert qwen[0].content.startswith("be brief\n\n# Tools") and '"name": "read_file"' in qwen[0].content
+    assert [m.role for m in qwen] == ["system", "user"]
+
+
 def test_parse_reply_keeps_malformed_calls_as_content():
     tools = chat.parse_tools(TOOLS)
     ok = "x" + format_tool_call("read_file", path="a")

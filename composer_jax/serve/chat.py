@@ -133,8 +133,17 @@ def _is_type(value: Any, kind: str) -> bool:
     return isinstance(value, JSON_TYPES[kind])
 
 
-def tools_prompt(tools: Mapping[str, Tool]) -> str:
-    """The system text that tells the model the tools and the call format (the harness's)."""
+def tools_prompt(tools: Mapping[str, Tool], template: str = "harness") -> str:
+    """The system text that lists the tools and the call format: the harness's own, or for an
+    imported model the text its chat template was trained with (Qwen2.5's `# Tools` block)."""
+    if template == "qwen2":
+        listing = "\n".join(json.dumps({"type": "function", "function": {
+            "name": t.name, "description": t.description, "parameters": t.parameters}}) for t in tools.values())
+        return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+                + listing + "\n</tools>\n\nFor each function call, return a json object with function name and "
+                "arguments within " + st.TOOL_CALL_OPEN + st.TOOL_CALL_CLOSE + " XML tags:\n" + st.TOOL_CALL_OPEN
+                + '\n{"name": <function-name>, "arguments": <args-json-object>}\n' + st.TOOL_CALL_CLOSE)
     lines = [f"- {t.name}: {t.description}\n  parameters: {json.dumps(t.parameters, sort_keys=True)}"
              for t in tools.values()]
     return ("To call a tool, emit exactly one " + st.TOOL_CALL_OPEN
@@ -162,8 +171,9 @@ def _content(m: dict, where: str) -> str:
 ROLE_OF = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
-def to_messages(messages: Any, tools: Mapping[str, Tool]) -> list[Message]:
-    """Request messages as harness messages (tools listed in the first system message)."""
+def to_messages(messages: Any, tools: Mapping[str, Tool], template: str = "harness") -> list[Message]:
+    """Request messages as harness messages (tools listed in the first system message, in the
+    `template`'s words: see tools_prompt)."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list", "messages")
     out: list[Message] = []
@@ -183,7 +193,7 @@ def to_messages(messages: Any, tools: Mapping[str, Tool]) -> list[Message]:
                 text += format_tool_call(name, **args)
         out.append(Message(ROLE_OF[role], text))
     if tools:
-        listing = tools_prompt(tools)
+        listing = tools_prompt(tools, template)
         if out[0].role == "system":
             out[0] = Message("system", out[0].content + "\n\n" + listing)
         else:

@@ -19,6 +19,7 @@ import uuid
 import jax
 import numpy as np
 
+from composer_jax.checkpoints.chat_template import TEMPLATES
 from composer_jax.errors import ConfigError
 from composer_jax.harness.protocol import encode_conversation, encode_message
 from composer_jax.rl import summarize
@@ -54,6 +55,8 @@ class Server:
                  summarize_at_endpoint: bool = True, seed: int = 0):
         self.engine, self.tok, self.model_name = engine, tokenizer, model_name
         self.ids = summarize.SpecialIds.from_tokenizer(tokenizer)
+        # Whose words list the tools: an imported model's chat template's (checkpoints/chat_template.py)
+        self.template = next((name for name, text in TEMPLATES.items() if tokenizer.special_text == text), "harness")
         self.rollout = r = engine.rollout
         self.summarize = summarize_at_endpoint
         room = r.window - summarize.reserve(r, self.ids)
@@ -113,7 +116,7 @@ class Server:
         if not isinstance(stream_options, dict):
             raise RequestError("'stream_options' must be an object", "stream_options")
         raw = body.get("messages")
-        harness_messages = chat.to_messages(raw, tools)  # validates roles and contents
+        harness_messages = chat.to_messages(raw, tools, self.template)  # validates roles and contents
         messages = tuple(chat.normalise(m) for m in raw)
         tools_key = hashlib.sha256(json.dumps(body.get("tools") if tools else None, sort_keys=True)
                                    .encode()).hexdigest()[:16]
