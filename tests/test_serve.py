@@ -88,6 +88,7 @@ def test_models_health_and_errors_keep_serving(served):
         "not a JSON Schema": dict(messages=[{"role": "user", "content": "x"}], tools=[
             {"type": "function", "function": {"name": "f", "parameters": {"type": "banana"}}}]),
         "bad temperature": dict(messages=[{"role": "user", "content": "x"}], temperature=5),
+        "max_tokens not an integer": dict(messages=[{"role": "user", "content": "x"}], max_tokens="many"),
     }
     params = {}
     for why, kw in bad.items():
@@ -98,6 +99,7 @@ def test_models_health_and_errors_keep_serving(served):
         params[why] = body["param"]
     assert params["unknown role"] == "messages[0].role"
     assert params["max_tokens over the window"] == "max_tokens"
+    assert params["max_tokens not an integer"] == "max_tokens"
     assert params["not a JSON Schema"] == "tools[0].function.parameters"
     raw = httpx.post(bg.url + "/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert raw.status_code == 400 and "not valid JSON" in raw.json()["error"]["message"]

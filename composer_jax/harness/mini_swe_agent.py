@@ -23,13 +23,14 @@ import tempfile
 import threading
 
 from composer_jax.harness.protocol import format_tool_call
+from composer_jax.sandbox.runtime import default_cache_dir
 
 NAME, VERSION = "mini-swe-agent", "2.4.6"
 RUNNER = pathlib.Path(__file__).with_name("mini_swe_agent_runner.py")
 
 
 def cache_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("COMPOSER_JAX_CACHE", "~/.cache/composer_jax")).expanduser() / "harnesses"
+    return pathlib.Path(default_cache_dir()) / "harnesses"
 
 
 def ensure_venv(root: pathlib.Path | None = None, log=print) -> pathlib.Path:
@@ -70,7 +71,7 @@ class SessionResult:
 
 
 def run_session(env, options: dict, *, python: pathlib.Path, base_url: str, model: str, session_id: str,
-                temperature: float, max_tokens: int, step_limit: int, seed: int = 0, config: str = "mini",
+                temperature: float, top_p: float, max_tokens: int, step_limit: int, seed: int = 0, config: str = "mini",
                 timeout_s: float = 1800.0) -> SessionResult:
     """One episode of the harness on the task `options` name; graded by the env whatever way the
     harness ended (a harness that never submits still leaves a workspace to grade). `config`:
@@ -78,7 +79,7 @@ def run_session(env, options: dict, *, python: pathlib.Path, base_url: str, mode
     prompt, info = env.reset(options=options)
     base = env.unwrapped
     spec = dict(task=prompt, base_url=base_url, model=model, session_id=session_id, temperature=temperature,
-                max_tokens=max_tokens, step_limit=step_limit, seed=seed, config=str(config))
+                top_p=top_p, max_tokens=max_tokens, step_limit=step_limit, seed=seed, config=str(config))
     child_env = {**os.environ, "MSWEA_GLOBAL_CONFIG_DIR": str(python.parent.parent / "config"),
                  "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_PROXY": "127.0.0.1,localhost"}
     proc = subprocess.Popen([str(python), str(RUNNER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

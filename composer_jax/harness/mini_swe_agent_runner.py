@@ -49,7 +49,7 @@ def main() -> None:
     config = yaml.safe_load(get_config_path(spec["config"]).read_text())["agent"]
     config.update(step_limit=int(spec["step_limit"]), cost_limit=0.0, output_path=None)
     model = LitellmModel(model_name="openai/" + spec["model"], cost_tracking="ignore_errors", model_kwargs={
-        "api_base": spec["base_url"], "api_key": "unused", "temperature": spec["temperature"],
+        "api_base": spec["base_url"], "api_key": "unused", "temperature": spec["temperature"], "top_p": spec["top_p"],
         "max_tokens": spec["max_tokens"], "seed": spec["seed"], "num_retries": 0,
         "extra_headers": {"x-session-id": spec["session_id"]}})
     agent = DefaultAgent(model, BridgeEnvironment(), **config)

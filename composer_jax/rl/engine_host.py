@@ -258,12 +258,15 @@ class RolloutEngine:
         with self._mesh_context():
             return self._decode.lower(*args).compile()
 
+    def _keys_array(self, slots_p: np.ndarray, keys: Sequence[jax.Array]) -> jax.Array:
+        """Key data per padded slot row (padding rows get zeros; their writes are dropped)."""
+        keys_pk = jnp.stack([jax.random.key_data(k) for k in keys])
+        return jnp.concatenate([keys_pk, jnp.zeros((len(slots_p) - len(keys), keys_pk.shape[1]), keys_pk.dtype)])
+
     def start(self, slots: Sequence[int], keys: Sequence[jax.Array]) -> None:
         """New episodes in `slots`: empty contexts, episode keys, step counters at 0."""
         slots_p = self._slot_array(slots)
-        keys_pk = jnp.stack([jax.random.key_data(k) for k in keys])
-        keys_pk = jnp.concatenate([keys_pk, jnp.zeros((len(slots_p) - len(slots), keys_pk.shape[1]),
-                                                      keys_pk.dtype)])
+        keys_pk = self._keys_array(slots_p, keys)
         with self._mesh_context():
             self.state = self._clear(self._seed(self.state, slots_p, keys_pk), slots_p)
         self._lengths[list(slots)] = 0
@@ -272,11 +275,8 @@ class RolloutEngine:
         """New sampling keys (step counters at 0) for `slots`, keeping their contexts (a served
         request continuing a parked context samples as if its prompt were fresh)."""
         slots_p = self._slot_array(slots)
-        keys_pk = jnp.stack([jax.random.key_data(k) for k in keys])
-        keys_pk = jnp.concatenate([keys_pk, jnp.zeros((len(slots_p) - len(slots), keys_pk.shape[1]),
-                                                      keys_pk.dtype)])
         with self._mesh_context():
-            self.state = self._seed(self.state, slots_p, keys_pk)
+            self.state = self._seed(self.state, slots_p, self._keys_array(slots_p, keys))
 
     def clear(self, slots: Sequence[int]) -> None:
         """Empty the contexts of `slots` (a summary reset), keeping their keys and counters."""

@@ -57,7 +57,7 @@ class HarnessLoop:
         def one(i: int) -> Episode:
             env = self.make_env()
             try:
-                return self._episode(env, i, dict(tasks[i]), ids[i], temperature)
+                return self._episode(env, i, dict(tasks[i]), ids[i], temperature, top_p)
             finally:
                 env.close()
                 bar.update()
@@ -75,11 +75,11 @@ class HarnessLoop:
                           harness_commands=sum(ep.info.get("harness_commands", 0) for ep in episodes))
         return episodes
 
-    def _episode(self, env, i: int, task: dict, episode_id: int, temperature: float) -> Episode:
+    def _episode(self, env, i: int, task: dict, episode_id: int, temperature: float, top_p: float) -> Episode:
         session_id = f"rl-{self.rollout.seed}-{self._runs}-{episode_id}"
         result = mini_swe_agent.run_session(
             env, dict(task.get("options", {})), python=self.python, base_url=self.http.url, model=MODEL_NAME,
-            session_id=session_id, temperature=temperature, max_tokens=self.rollout.turn_budget,
+            session_id=session_id, temperature=temperature, top_p=top_p, max_tokens=self.rollout.turn_budget,
             step_limit=self.step_limit, seed=int(self.rollout.seed) * 1_000_003 + episode_id, config=self.config)
         session = self.server.recorder.pop(session_id)
         end = "submit" if result.exit_status == "Submitted" else "env_truncated"

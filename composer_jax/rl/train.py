@@ -116,7 +116,7 @@ def build(config, optim_cfg, *, init_from: str = "", make_policy=None, engine: b
 def make_loop(config, engine: RolloutEngine, tok, make_env, make_policy=None):
     """Who drives the episodes (rl.harness): our agent loop, or a third-party harness through
     the OpenAI endpoint on the same engine (rl/harness_loop.py). Same interface either way."""
-    if config.rl.get("harness", "native") == "native":
+    if config.rl.harness == "native":
         return AgentLoop(engine, tok, engine.rollout, make_env, make_policy=make_policy)
     if make_policy is not None:
         raise ConfigError(f"rl.harness={config.rl.harness!r}: a scripted policy plays only the native harness")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-import time
 import traceback
 from collections.abc import Callable
 
@@ -80,8 +79,6 @@ class Job:
     reset_experts: np.ndarray | None = None
     cut: int | None = None  # answer tokens kept when a stop string ended it
     finish_reason: str = ""
-    queued_at: float = dataclasses.field(default_factory=time.monotonic)
-    first_token_at: float | None = None
     park_ref: str | None = None
     completion: object = None  # the owner's record of it
 
@@ -238,6 +235,7 @@ class Scheduler:
         budgets = [min(step, j.phases[-1].budget - len(j.phases[-1].tokens)) for j in jobs]
         out = self.engine.generate([j.slot for j in jobs], budgets, [j.phases[-1].stops for j in jobs])
         self.stats["decode_calls"] += 1
+        lengths = self.engine.lengths()
         for job, gen in zip(jobs, out):
             phase = job.phases[-1]
             phase.tokens += gen.tokens.tolist()
@@ -245,14 +243,12 @@ class Scheduler:
             phase.logp_sampler += gen.logp_sampler.tolist()
             phase.experts.append(gen.experts)
             self.stats["tokens"] += len(gen.tokens)
-            full = self.engine.lengths()[job.slot] >= self.engine.window
+            full = lengths[job.slot] >= self.engine.window
             done = gen.stopped or len(phase.tokens) >= phase.budget or full or len(gen.tokens) == 0
             if phase.kind == "summary":
                 if done:
                     self._reset(job)
                 continue
-            if job.first_token_at is None and phase.tokens:
-                job.first_token_at = time.monotonic()
             cut = job.stop_check(phase.tokens)
             if cut is not None:
                 job.cut, job.finish_reason = cut, "stop"
@@ -264,7 +260,7 @@ class Scheduler:
                 with self._cv:
                     self._active.pop(job.slot, None)
                     if job.park_ref is not None and job.cut is None:
-                        self._parked[job.slot] = (job.park_ref, self.engine.lengths()[job.slot])
+                        self._parked[job.slot] = (job.park_ref, lengths[job.slot])
                     else:
                         self._free.append(job.slot)
             else:

@@ -128,6 +128,7 @@ class Server:
         session = wanted or (found[0] if found else request_id)
         parent = found[1] if found else None
 
+        wanted_tokens = self._requested_tokens(body)
         summarize_first, carried = False, []
         if parent is None:
             context, _ = encode_conversation(harness_messages, self.tok, add_generation_prompt=True)
@@ -139,7 +140,8 @@ class Server:
             rest = chat.to_messages(raw, {})[n_prefix:]
             new = list(closing) + [i for m in rest for i in encode_message(m, self.tok)[0]]
             context, base_len, reuse_len = parent.context + new, parent.base_len, len(parent.context)
-            summarize_first = self.summarize and self._needs_summary(len(context), body)
+            summarize_first = self.summarize and (len(context) + len(self.ids.assistant) + (
+                wanted_tokens or self.rollout.turn_budget) > summarize.turn_limit(self.rollout, self.ids))
             if not summarize_first:
                 context = context + list(self.ids.assistant)
             elif len(context) + len(self.ids.request) + self.rollout.summary_budget > self.rollout.window:
@@ -150,7 +152,7 @@ class Server:
                         f"request {len(self.ids.request)} and the summary up to {self.rollout.summary_budget}, "
                         f"more than the {self.rollout.window}-token window", "messages",
                         code="context_length_exceeded")
-        max_tokens = self._max_tokens(body, len(context), base_len, summarize_first, len(carried))
+        max_tokens = self._max_tokens(wanted_tokens, body, len(context), base_len, summarize_first, len(carried))
         stops = (self.ids.end_of_turn, self.ids.eos) + ((self.ids.tool_call_close,) if tools else ())
         assert len(stops) <= MAX_STOPS
         seed = body.get("seed")
@@ -160,7 +162,7 @@ class Server:
         seed = seed % 2**64 if seed is not None else 2**63 + next(self._counter)
         key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(self._key, seed >> 32), seed & 0xFFFFFFFF),
                                  len(raw))
-        base_experts = _base_experts(self.recorder, session, parent)
+        base_experts = _base_experts(self.recorder, session, parent) if summarize_first else None
         jobs = [Job(key=jax.random.fold_in(key, i), context=context, reuse=parent.id if parent else None,
                     reuse_len=reuse_len, base_len=base_len, base_experts=base_experts, max_tokens=max_tokens,
                     stops=stops, temperature=temperature, top_p=top_p, summarize_first=summarize_first,
@@ -168,13 +170,14 @@ class Server:
         return Plan(request_id, session, jobs, messages, tools, tools_key, parent, stream, logprobs,
                     bool(stream_options.get("include_usage")), stop, int(time.time()))
 
-    def _needs_summary(self, context_len: int, body) -> bool:
-        wanted = body.get("max_tokens") or body.get("max_completion_tokens") or self.rollout.turn_budget
-        limit = min(self.rollout.summarize_at * self.rollout.window,
-                    self.rollout.window - summarize.reserve(self.rollout, self.ids))
-        return context_len + len(self.ids.assistant) + int(wanted) > limit
+    @staticmethod
+    def _requested_tokens(body) -> int | None:
+        """The request's max_completion_tokens (or max_tokens), checked; None when absent."""
+        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        return None if body.get(name) is None else _integer(body, name, None, 1, None)
 
-    def _max_tokens(self, body, context_len: int, base_len: int, summarize_first: bool, carried: int) -> int:
+    def _max_tokens(self, value: int | None, body, context_len: int, base_len: int, summarize_first: bool,
+                    carried: int) -> int:
         window, ids = self.rollout.window, self.ids
         if summarize_first:  # the answer follows the reset prompt with a full-length summary
             context_len = len(summarize.reset_prompt([0] * base_len, [0] * self.rollout.summary_budget, ids)) \
@@ -184,10 +187,9 @@ class Server:
             hint = "" if self.summarize else " (summarisation at the endpoint is off)"
             raise RequestError(f"the prompt is {context_len} tokens; the window is {window}{hint}",
                                "messages", code="context_length_exceeded")
-        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-        if body.get(name) is None:
+        if value is None:
             return min(self.rollout.turn_budget, room)
-        value = _integer(body, name, None, 1, None)
+        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         if value > room:
             raise RequestError(f"{name}={value} does not fit: the prompt is {context_len} tokens and the "
                                f"window {window}, so at most {room}", name, code="context_length_exceeded")
