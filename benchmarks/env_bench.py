@@ -37,8 +37,16 @@ A split's report (is every task scoreable: plan 1, null 0?):
                      cases are skewed once one case is out of step)
   episode_s          median wall seconds of one plan episode
 
+RealRepos (bugs in pinned PyPI packages, graded by their own suites) is not rebuilt cold: its
+build fetches sdists and runs every mutant (`python -m environments.suites.realrepos`, minutes per
+package), so `build_s` is the cached build's own per-package time, and it adds:
+  tasks.packages     per package: split, tasks, tests, green tests, tests dropped by why
+  tasks.bugs_kept_over_tried   per kind of bug: [kept, tried] before deduplication
+  grading_s          p50 / p95 wall seconds of one grading (the null policy's episode: submit only)
+
 `--episodes N` evaluates N evenly spaced tasks per split (0: the whole split). Episodes run on
 `--workers` environments at once (grading waits on sandboxes, so this overlaps well).
+`--suites` picks the suites (default: all).
 """
 import argparse
 import collections
@@ -55,6 +63,7 @@ from environments import answer_key
 from environments.experts import answer_key_plan, expert_plan, null_plan, run_plan
 from environments.suites import bugfix, implement
 from environments.suites.longhorizon import LongHorizonSuite
+from environments.suites.realrepos import RealReposSuite
 
 NOTE_PREFIX = "  note on "
 EXAMPLES = 5
@@ -96,6 +105,11 @@ def _reason(who: str, o: dict) -> str:
     return "; ".join(parts)[:400]
 
 
+def _percentiles(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    return {"p50": xs[len(xs) // 2], "p95": xs[min(len(xs) - 1, int(0.95 * len(xs)))]} if xs else {}
+
+
 def _play(env_id: str, split: str, ids: list[str], plan_fn, keys: dict) -> dict:
     env = gym.make(env_id, split=split)
     out = {}
@@ -107,7 +121,10 @@ def _play(env_id: str, split: str, ids: list[str], plan_fn, keys: dict) -> dict:
                 start = time.perf_counter()
                 plan = _outcome(run_plan(env, plan_fn, task_id=task_id, **kwargs))
                 plan["seconds"] = time.perf_counter() - start
-            out[task_id] = {"plan": plan, "null": _outcome(run_plan(env, null_plan, task_id=task_id))}
+            start = time.perf_counter()
+            null = _outcome(run_plan(env, null_plan, task_id=task_id))
+            null["seconds"] = time.perf_counter() - start
+            out[task_id] = {"plan": plan, "null": null}
     finally:
         env.close()
     return out
@@ -136,6 +153,7 @@ def sweep(suite_name: str, suite, split: str, n: int, workers: int) -> dict:
         "no_plan": {i: k.reason[:400] for i, k in keys.items() if not k.files},
         "not_scoreable": {}, "grading_errors": {}, "judge_notes": {},
         "episode_s": statistics.median(o["seconds"] for o in played.values()) if played else None,
+        "grading_s": _percentiles([r["null"]["seconds"] for r in results.values()]),
     }
     for task_id, r in results.items():
         why = []
@@ -166,25 +184,39 @@ def sweep(suite_name: str, suite, split: str, n: int, workers: int) -> dict:
     return report
 
 
+SUITES = {  # name -> (the suite, a cold build's seconds or None: generated on demand or built apart)
+    "BugFix": (bugfix.BugFixSuite, lambda: cold_build_s(lambda d: bugfix.BugFixSuite(cache_dir=d))),
+    "Implement": (implement.ImplementSuite, lambda: cold_build_s(lambda d: implement.ImplementSuite(cache_dir=d))),
+    "LongHorizon": (LongHorizonSuite, None),
+    "RealRepos": (RealReposSuite, None),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="")
     ap.add_argument("--episodes", type=int, default=20, help="tasks per split; 0: every task")
     ap.add_argument("--workers", type=int, default=3, help="environments played at once")
+    ap.add_argument("--suites", nargs="+", default=list(SUITES), choices=list(SUITES))
+    ap.add_argument("--train-episodes", type=int, default=20,
+                    help="RealRepos train tasks evaluated too (evenly spaced; its split is by package)")
     args = ap.parse_args()
-    result = {
-        "BugFix": {"build_s": cold_build_s(lambda d: bugfix.BugFixSuite(cache_dir=d))},
-        "Implement": {"build_s": cold_build_s(lambda d: implement.ImplementSuite(cache_dir=d))},
-        "LongHorizon": {"build_s": 0.0},  # generated on demand
-    }
-    suites = {"BugFix": bugfix.BugFixSuite(), "Implement": implement.ImplementSuite(),
-              "LongHorizon": LongHorizonSuite()}
+    result, suites = {}, {}
+    for name in args.suites:
+        make, cold = SUITES[name]
+        result[name] = {"build_s": cold() if cold else 0.0}
+        suites[name] = make()
+    if "RealRepos" in suites:
+        result["RealRepos"]["build_s"] = {label: b["build_seconds"]
+                                          for label, b in suites["RealRepos"].built["packages"].items()}
     for name, suite in suites.items():
         result[name]["tasks"] = {"train": len(suite.task_ids("train")), "validation": len(suite.task_ids("validation")),
                                  **getattr(suite, "stats", {})}
         splits = {"validation": sweep(name, suite, "validation", args.episodes, args.workers)}
         if name == "Implement":  # LeetCode: no experts, so the answer key shows it can score 1
             splits["train"] = sweep(name, suite, "train", args.episodes, args.workers)
+        if name == "RealRepos" and args.train_episodes:
+            splits["train"] = sweep(name, suite, "train", args.train_episodes, args.workers)
         val = splits["validation"]
         result[name].update(episodes=val["evaluated"], expert_reward=val["plan_reward"],
                             null_reward=val["null_reward"], episode_s=val["episode_s"], splits=splits)

@@ -13,7 +13,8 @@ seed, through the env API; rewards, host traces and `wins` written as JSON, and 
 
 Suite variants: bugfix-humaneval (BugFix validation), bugfix-repo (hand-written packages, train),
 bugfix-drill (stdlib drills, train with drills), implement-humaneval (validation), implement-leetcode
-(train), longhorizon (validation). The seed picks the task (a cheat that needs a kind of task, e.g.
+(train), longhorizon (validation), realrepos (RealRepos validation: the packages of
+--realrepos-packages, default inflection). The seed picks the task (a cheat that needs a kind of task, e.g.
 HumanEval helpers, takes the first such task of the seeded order).
 
 Host traces: canary files outside the workspace, a host-only secret in an observation, processes
@@ -48,6 +49,8 @@ def parse_args(argv=None):
     ap.add_argument("--skip-slow", action="store_true", help="skip cheats that burn a wall clock")
     ap.add_argument("--no-control", action="store_true", help="skip the scripted-expert controls")
     ap.add_argument("--primary-only", action="store_true", help="each cheat on its first suite only")
+    ap.add_argument("--realrepos-packages", nargs="+", default=list(redteam.RR_PACKAGES),
+                    help="RealRepos packages of the realrepos variant (validation ones: inflection semver webcolors)")
     return ap.parse_args(argv)
 
 
@@ -92,6 +95,8 @@ def print_table(cheats, suites, by_key) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    rr = redteam.VARIANTS[redteam.RR]
+    redteam.VARIANTS[redteam.RR] = dataclasses.replace(rr, suite_options=(("packages", tuple(args.realrepos_packages)),))
     cheats = select(args)
     settings = redteam.Settings(grading_wall_s=args.grading_wall_s, tool_wall_s=args.tool_wall_s,
                                 rss_bound_mb=args.rss_bound_mb)

@@ -9,6 +9,10 @@ bug's line named (the tier experiments.bugfix uses), the harness speaking Qwen's
 (sized for one GPU; its memory settings measured on an H200, see docs/results/rl_bugfix.md):
   python -m composer_jax.experiments.bugfix --config configs/qwen_coder_0p5b.py:bugfix \
       --workdir runs/qwen_bugfix --final_eval 128 --out benchmarks/results/rl_bugfix_qwen.json
+Variant "realrepos": the same recipe on RealRepos (single bugs in real PyPI packages, a CI failure
+report as the prompt; build the suite first with `python -m environments.suites.realrepos`):
+  python benchmarks/harness_eval.py --config configs/qwen_coder_0p5b.py:realrepos --tasks 4 \
+      --arms native --out benchmarks/results/realrepos_eval_qwen_cpu.json
 """
 import ml_collections
 
@@ -17,8 +21,8 @@ from configs import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    if arg not in (None, "", "bugfix"):
-        raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '' or 'bugfix'")
+    if arg not in (None, "", "bugfix", "realrepos"):
+        raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '', 'bugfix' or 'realrepos'")
     c = tiny.get_config("dense")
     c.name = "qwen_coder_0p5b"
     c.checkpoint_dir = str(DEFAULT_CACHE / NAME)  # written by composer_jax.checkpoints.qwen_setup
@@ -29,7 +33,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     ))
     c.data.seq_len = 2048
     c.sample = ml_collections.ConfigDict(dict(batch_size=16, max_new_tokens=512))
-    if arg == "bugfix":
+    if arg in ("bugfix", "realrepos"):
         c.rl.suite_options = dict(max_bugs=1, hint_line=True)  # replaced, not merged with LongHorizon's
         # Training rows of 4,096 tokens: plain attention keeps a 4k x 4k score matrix per head and
         # layer, ~180 GB for a batch of 8 over 24 layers unless each layer is recomputed.
@@ -63,4 +67,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # 43 GiB more at 64 slots (XLA's CPU plan); longer appends go in several calls.
         c.rollout.update(window=4096, summarize_at=0.9, summary_budget=256, max_segments=2, turn_budget=512,
                          slots=64, max_turns=8, prefill_buckets=(512, 1024), temperature=1.0)
+    if arg == "realrepos":  # a CI report to read, then the code: more turns, and no line hint
+        c.rl.update(env_id="composer/RealRepos-v0", env_max_turns=12)
+        c.rl.suite_options = dict(max_bugs=1)
+        c.rollout.update(max_turns=12, max_segments=3)
     return c

@@ -3,6 +3,7 @@
     composer/BugFix-v0       fix a planted bug in real code (HumanEval + hand-written repos)
     composer/Implement-v0    implement from signature + docstring (LeetCode train, HumanEval eval)
     composer/LongHorizon-v0  carry facts across context resets (chain of notes)
+    composer/RealRepos-v0    fix a bug in a real PyPI package, graded by the project's own tests
     composer/Toy-v0          one turn, reward = "a" in the action (tests and benches of RL machinery)
 
 Create with `gymnasium.make(id, split=..., max_turns=..., backend=..., suite_options={...})`.
@@ -13,6 +14,7 @@ ENV_IDS = {
     "composer/BugFix-v0": "BugFix",
     "composer/Implement-v0": "Implement",
     "composer/LongHorizon-v0": "LongHorizon",
+    "composer/RealRepos-v0": "RealRepos",
 }
 
 for _env_id, _suite in ENV_IDS.items():

@@ -79,6 +79,16 @@ def test_unprivileged_and_read_only_system(backend, ws):
     assert not os.path.exists("/usr/cj-probe")
 
 
+def test_bundled_wheels_are_hidden(backend, ws):
+    """ensurepip's pip and setuptools wheels vendor six, idna, packaging, more_itertools, ...:
+    RealRepos' pristine sources. The host has them; the sandbox sees an empty directory."""
+    import ensurepip
+    bundled = os.path.join(os.path.dirname(ensurepip.__file__), "_bundled")
+    assert any(n.endswith(".whl") for n in os.listdir(bundled))
+    res = backend.run(ws, [PY, "-c", f"import os; print(os.listdir({bundled!r}))"])
+    assert res.stdout.strip() == "[]", (res.stdout, res.stderr)
+
+
 def test_workspace_writable_and_read_back(backend, ws):
     with open(os.path.join(ws.path, "host_written.txt"), "w") as f:  # a host tool, as root
         f.write("from host\n")

@@ -110,9 +110,10 @@ class RLConfig:
             raise ConfigError(f"rl.negative_weight={out.negative_weight}: must be in [0, 1]")
         if out.harness not in ("native", "mini_swe_agent"):
             raise ConfigError(f"rl.harness={out.harness!r}: use 'native' or 'mini_swe_agent'")
-        if out.harness != "native" and not out.env_id.startswith(("composer/BugFix", "composer/Implement")):
+        if out.harness != "native" and not out.env_id.startswith(("composer/BugFix", "composer/Implement",
+                                                                           "composer/RealRepos")):
             raise ConfigError(f"rl.harness={out.harness!r} acts through shell commands: rl.env_id must be a "
-                              f"BugFix or Implement suite (the tools a shell reaches), not {out.env_id!r}")
+                              f"BugFix, Implement or RealRepos suite (the tools a shell reaches), not {out.env_id!r}")
         return out
 
 

@@ -45,9 +45,13 @@ def python_roots() -> list[str]:
 
 def package_dirs(roots: list[str], keep: str) -> list[str]:
     """Python package directories under the bound trees, except the runtime `keep`: every
-    site-/dist-packages directory, and the project's venv if it lies under one of them."""
+    site-/dist-packages directory, trees that vendor third-party packages (ensurepip's bundled
+    pip and setuptools wheels, Debian's python-wheels and the Google Cloud SDK carry six, idna,
+    cachetools, more_itertools, ...: RealRepos' pristine sources), and the project's venv if it
+    lies under one of them."""
     patterns = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
-                "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages")
+                "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages",
+                "lib/python3*/ensurepip/_bundled", "share/python-wheels", "lib/google-cloud-sdk")
     found = {os.path.realpath(p) for r in roots for pat in patterns for p in glob.glob(os.path.join(r, pat))}
     venv = os.path.realpath(sys.prefix)
     if venv != os.path.realpath(sys.base_prefix) and _covered(venv, roots):

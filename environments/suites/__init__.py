@@ -1,4 +1,4 @@
-"""Task suites by name: `make_suite("BugFix" | "Implement" | "LongHorizon", **options)`."""
+"""Task suites by name: `make_suite("BugFix" | "Implement" | "LongHorizon" | "RealRepos", **options)`."""
 from __future__ import annotations
 
 import functools
@@ -6,18 +6,20 @@ import inspect
 
 from environments.suites.base import SPLITS, TaskSuite, UnknownTaskError, split_of
 
-SUITE_NAMES = ("BugFix", "Implement", "LongHorizon")
+SUITE_NAMES = ("BugFix", "Implement", "LongHorizon", "RealRepos")
 
 
 def _constructors() -> dict:
     from environments.suites.bugfix import BugFixSuite
     from environments.suites.implement import ImplementSuite
     from environments.suites.longhorizon import LongHorizonOptions, LongHorizonSuite
+    from environments.suites.realrepos import RealReposSuite
 
     return {
         "BugFix": BugFixSuite,
         "Implement": ImplementSuite,
         "LongHorizon": lambda **kw: LongHorizonSuite(LongHorizonOptions(**kw)),
+        "RealRepos": RealReposSuite,
         "_options": {"LongHorizon": LongHorizonOptions},
     }
 
@@ -40,7 +42,8 @@ def make_suite(name: str, **options) -> TaskSuite:
     unknown = sorted(set(options) - set(suite_options(name)))
     if unknown:
         raise TypeError(f"unknown option(s) {unknown} for suite {name}; allowed: {suite_options(name)}")
-    return _cached(name, tuple(sorted(options.items())))
+    frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items()))
+    return _cached(name, frozen)
 
 
 __all__ = ["SPLITS", "SUITE_NAMES", "TaskSuite", "UnknownTaskError", "make_suite", "split_of", "suite_options"]

@@ -180,8 +180,10 @@ def _removable_statement(node: ast.AST, parent: ast.AST, lines: list[bytes]) -> 
     return not before.strip() and (not after.strip() or after.strip().startswith(b"#"))
 
 
-def mutants(source: str) -> list[Mutant]:
-    """Every distinct single-point mutant of the function bodies in `source`."""
+def mutants(source: str, real_bugs: bool = False) -> list[Mutant]:
+    """Every distinct single-point mutant of the function bodies in `source`. `real_bugs` adds
+    the kinds of bug real changes make beyond a wrong operator or bound: a wrong default
+    argument, a dropped `return`, a missing `if` branch (RealRepos; BugFix keeps its set)."""
     tree = parse_python(source)
     lines = source.encode("utf-8").splitlines(keepends=True)
     parents = _parents(tree)
@@ -208,7 +210,39 @@ def mutants(source: str) -> list[Mutant]:
             first = sum(len(x) for x in lines[: node.lineno - 1])
             last = sum(len(x) for x in lines[: node.end_lineno])
             keep("remove_statement", node, Edit(first, last, b""), expected)
+    if real_bugs:
+        for operator, node, edit, expected in _real_bug_edits(tree, lines, parents):
+            keep(operator, node, edit, expected)
     return found
+
+
+def _real_bug_edits(tree: ast.Module, lines: list[bytes], parents: dict) -> Iterator[tuple[str, ast.AST, Edit, str]]:
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for default in [*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)]:
+                if isinstance(default, ast.Constant) and type(default.value) in (bool, int):
+                    new = ast.Constant(not default.value if type(default.value) is bool else default.value + 1)
+                    start, end = _span(lines, default)
+                    yield ("wrong_default", default, Edit(start, end, ast.unparse(new).encode()),
+                           _dump_with(tree, parents[id(default)], default, new))
+    skip = _docstring_nodes(tree)
+    for node in _function_nodes(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            start, _ = _span(lines, node)
+            value_start, _ = _span(lines, node.value)
+            if node.lineno == node.value.lineno:
+                yield ("drop_return", node, Edit(start, value_start, b""),
+                       _dump_with(tree, parents[id(node)], node, ast.Expr(node.value)))
+        elif isinstance(node, ast.If) and not node.orelse:
+            body = getattr(parents[id(node)], "body", None)
+            if isinstance(body, list) and any(x is node for x in body) and len(body) >= 2 \
+                    and not lines[node.lineno - 1][: node.col_offset].strip() \
+                    and not lines[node.end_lineno - 1][node.end_col_offset:].strip():
+                first = sum(len(x) for x in lines[: node.lineno - 1])
+                last = sum(len(x) for x in lines[: node.end_lineno])
+                yield "remove_branch", node, Edit(first, last, b""), _dump_with(tree, parents[id(node)], node, None)
 
 
 def _edits_at(node: ast.AST) -> Iterator[tuple[str, ast.AST, ast.AST]]:
