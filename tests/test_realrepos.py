@@ -53,6 +53,14 @@ def apply(fn, x):
     return fn(x)
 
 
+def backend():
+    try:  # on the host, not in the sandbox runtime
+        import numpy  # noqa: F401
+    except ImportError:
+        return "plain"
+    return "numpy"
+
+
 class Tally:
     def __init__(self):
         self.counts = {}
@@ -117,6 +125,10 @@ def test_default():
     assert core._make_default() == 3 and core.DEFAULT == 3
 
 
+def test_plain_backend():  # green only if the build runs the code in the sandbox's runtime
+    assert core.backend() == "plain"
+
+
 def test_passes_a_function():  # a builtin of the test cannot cross to the submission: not gradable
     assert core.apply(len, "abc") == 3
 
@@ -178,6 +190,7 @@ def test_validation_keeps_only_tests_green_everywhere(built):
     assert out["skipped"] == {}
     green = set(b["green"])
     assert "tests/test_core.py::test_clamp_inside" in green and "tests/test_core.py::test_tally" in green
+    assert "tests/test_core.py::test_plain_backend" in green  # the fast path ran in the task's runtime
     assert b["dropped_tests"] == {"failed_or_skipped": 2, "not_gradable": 1, "module_not_collectable": 1}
     assert not green & {"tests/test_core.py::test_known_failure", "tests/test_core.py::test_passes_a_function",
                         "tests/test_paths.py::test_here", "tests/test_core.py::test_skipped"}

@@ -25,7 +25,6 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 
-from environments.suites.check_runner import in_fork
 
 RUN_MEMORY_BYTES = 3 << 30
 REPORT_CHARS = 1500  # of each failing test's pytest report
@@ -53,9 +52,11 @@ class RunResult:
     seconds: float = 0.0
 
 
-def run_all(repo_files: Mapping[str, str], runs: Sequence[Run], workers: int | None = None,
+def run_all(repo_files: Mapping[str, str], runs: Sequence[Run], python: str, workers: int | None = None,
             progress=None) -> dict[str, RunResult]:
-    """Every run against `repo_files` (written once per worker); results by key."""
+    """Every run against `repo_files` (written once per worker); results by key. `python` is the
+    task's sandbox runtime, so the code sees the packages the grading will (an optional import
+    that the host has and the sandbox lacks takes another code path)."""
     if not runs:
         return {}
     workers = max(1, min(workers or os.cpu_count() or 1, len(runs)))
@@ -66,7 +67,7 @@ def run_all(repo_files: Mapping[str, str], runs: Sequence[Run], workers: int | N
 
     def shard(runs_: list[Run]) -> None:
         try:
-            for r in _run_shard(repo_files, runs_):
+            for r in _run_shard(repo_files, runs_, python):
                 with lock:
                     results[r.key] = r
                     if progress:
@@ -84,7 +85,7 @@ def run_all(repo_files: Mapping[str, str], runs: Sequence[Run], workers: int | N
     return results
 
 
-def _run_shard(repo_files: Mapping[str, str], runs: list[Run]):
+def _run_shard(repo_files: Mapping[str, str], runs: list[Run], python: str):
     with tempfile.TemporaryDirectory(prefix="cj-pytest-") as root:
         for path, text in repo_files.items():
             dest = os.path.join(root, "repo", path)
@@ -92,9 +93,10 @@ def _run_shard(repo_files: Mapping[str, str], runs: list[Run]):
             with open(dest, "w", encoding="utf-8", newline="") as f:
                 f.write(text)
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-        proc = subprocess.Popen([sys.executable, "-m", "environments.suites.pytest_runner", os.path.join(root, "repo")],
+        # By path, in the runtime: this file and check_runner need the standard library alone.
+        proc = subprocess.Popen([python, os.path.abspath(__file__), os.path.join(root, "repo")],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+                                env=env, cwd=root)
         stderr_tail = []
         drain = threading.Thread(target=lambda: stderr_tail.extend(proc.stderr.readlines()[-20:]), daemon=True)
         drain.start()
@@ -197,6 +199,10 @@ def _child(payload: tuple[str, dict], write_fd: int) -> None:
 
 
 def _worker_main(root: str) -> None:
+    here = sys.path[0]  # this file's directory (run by path), for check_runner alone: its other
+    from check_runner import in_fork  # modules must not shadow the repository's
+
+    sys.path.remove(here)
     import pytest  # noqa: F401 - imported once, before the forks
 
     for line in sys.stdin:

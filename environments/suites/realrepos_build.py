@@ -42,6 +42,10 @@ def test_modules(repo: sources.SourceRepo) -> list[str]:
             and p.rpartition("/")[2] != "__init__.py"]
 
 
+def _python(repo: sources.SourceRepo) -> str:
+    return runtime_lib.build(repo.package.requires).python
+
+
 def _sandbox_outcomes(repo: sources.SourceRepo, backend) -> dict[str, str]:
     """Node id -> outcome of the whole suite run by pytest in a sandbox with the package's runtime."""
     runtime = runtime_lib.build(repo.package.requires)
@@ -78,7 +82,7 @@ def _judge_outcomes(repo: sources.SourceRepo, nodes: list[str], backend) -> tupl
 def validate(repo: sources.SourceRepo, backend, workers: int | None) -> dict:
     """The green tests, each with the repo functions it calls, and counts of the tests dropped."""
     fast = pytest_runner.run_all(repo.files, [pytest_runner.Run(
-        "pristine", {}, tuple(test_modules(repo)), SUITE_LIMITS.cpu_s, coverage=True)], 1)["pristine"]
+        "pristine", {}, tuple(test_modules(repo)), SUITE_LIMITS.cpu_s, coverage=True)], _python(repo), 1)["pristine"]
     if fast.status != "ok":
         raise sources.SourceError(f"{repo.package.label}: its test suite did not finish ({fast.status})")
     first, second = _sandbox_outcomes(repo, backend), _sandbox_outcomes(repo, backend)
@@ -191,7 +195,7 @@ def _kept(candidates: list[dict], repo, valid: dict, workers, desc: str) -> list
     runs = [pytest_runner.Run(str(i), {c["path"]: c["source"]}, tuple(c["tests"]), timeout)
             for i, c in enumerate(candidates)]
     with tqdm.tqdm(total=len(runs), desc=desc, unit="mutant", leave=False, file=sys.stderr) as bar:
-        results = pytest_runner.run_all(repo.files, runs, workers, progress=bar.update)
+        results = pytest_runner.run_all(repo.files, runs, _python(repo), workers, progress=bar.update)
     kept = []
     for i, c in enumerate(candidates):
         r = results[str(i)]
