@@ -72,10 +72,10 @@ def main():
     parser.add_argument("--resume", action="store_true", help="keep graded problems from <out>.jsonl")
     args = parser.parse_args()
     config = load_config(args.config)
-    imported = load_imported(config.checkpoint_dir)
+    imported = load_imported(config.sample.checkpoint)
     expected = ModelConfig.from_config(config.model)
     if shapes(imported.cfg) != shapes(expected):
-        raise SystemExit(f"{config.checkpoint_dir} holds a different model than {args.config}")
+        raise SystemExit(f"{config.sample.checkpoint} holds a different model than {args.config}")
     tok, batch, max_new = imported.tokenizer, config.sample.batch_size, config.sample.max_new_tokens
     stop_ids = tuple(sorted({tok.eos_id, tok.pad_id}))
 

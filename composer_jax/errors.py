@@ -1,5 +1,8 @@
 """Errors a user can act on: each names the config field or file at fault."""
 import dataclasses
+from collections.abc import Mapping
+
+import ml_collections
 
 
 class ConfigError(ValueError):
@@ -14,7 +17,8 @@ def reject_unknown_fields(dataclass_type, values, block: str) -> None:
         raise ConfigError(f"{block}.{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
 
 
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "dict": (Mapping, ml_collections.ConfigDict),
+          "tuple": (list, tuple)}
 
 
 def check_field_types(dataclass_type, values, block: str) -> None:

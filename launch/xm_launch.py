@@ -38,7 +38,7 @@ def main(argv) -> None:
     from composer_jax.errors import ConfigError
     from composer_jax.launch import cloud, stages
     from composer_jax.launch.report import write_report
-    from composer_jax.rl.config import validate
+    from composer_jax.config_schema import validate
 
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")

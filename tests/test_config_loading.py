@@ -49,14 +49,24 @@ def test_every_entry_point_takes_config_dot_overrides():
     ("sft", "demos", True, r"sft.demos=True: expected int"),
     ("fleet", "colour", 1, r"fleet.colour: unknown field"),
     ("rollout", "windw", 1, r"rollout.windw: unknown field"),
+    ("train", "stpes", 10, r"train.stpes: unknown field"),
+    ("train", "lr", "3e-3", r"train.lr='3e-3': expected float"),
+    ("checkpoint", "evry", 10, r"checkpoint.evry: unknown field"),
+    ("data", "seq_len", 1, r"data.seq_len=1: must be >= 2"),
+    ("data", "tokenizer_agent_task", 8, r"data.tokenizer_agent_task: unknown field"),
+    ("mesh", "pipeline", 2, r"mesh.pipeline: unknown mesh axis"),
+    ("launch", "slices", "v5e-8", r"launch.slices: unknown field"),
+    ("pipeline", "eval_tasks", 0, r"pipeline.eval_tasks=0: must be >= 1"),
+    ("", "experimnt", {}, r"experimnt: unknown config block"),
+    ("", "seed", "zero", r"seed='zero': expected int"),
 ])
 def test_typed_blocks_reject_unknown_keys_and_wrong_types_naming_the_field(block, key, value, message):
-    from composer_jax.rl.config import validate
+    from composer_jax.config_schema import validate
 
     c = load_config("configs/tiny.py:test")
     validate(c)  # the shipped config is valid
     node = c
-    for name in block.split("."):
+    for name in filter(None, block.split(".")):
         node = node[name]
     with node.ignore_type():
         node[key] = value

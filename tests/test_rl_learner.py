@@ -146,7 +146,7 @@ def test_evaluations_sample_as_eval_rollout_says_and_give_training_its_sampling_
     """`eval_rollout` (here greedy) is how evaluations sample, apart from the training rollouts'
     `rollout.temperature`; the engine's own sampling comes back after each evaluation."""
     from composer_jax.errors import ConfigError
-    from composer_jax.rl.config import validate
+    from composer_jax.config_schema import validate
     from composer_jax.rl.learner import evaluate
     from composer_jax.rl.train import build, eval_sampling
 

@@ -142,7 +142,10 @@ def build(config: ml_collections.ConfigDict, data_dir, progress: bool = True) ->
 
 
 def main(argv) -> None:
+    from composer_jax.config_schema import validate
+
     del argv
+    validate(_CONFIG.value)
     summary = build(_CONFIG.value, _WORKDIR.value)
     print(f"files {summary['files']} (skipped {summary['skipped']}), tokens {summary['tokens']:,}, "
           f"val bytes/token {summary['val_bytes_per_token']}, tokenizer "

@@ -1,8 +1,8 @@
-"""Typed `rl` and `sft` blocks (and their `optim` sub-blocks): built once from the config,
-they reject an unknown key or a value of the wrong type, naming the field, before any work.
+"""Typed `rl`, `sft` and `eval_rollout` blocks (and the `optim` sub-blocks): built from the
+config, they reject an unknown key or a value of the wrong type, naming the field, before any
+work (config_schema.validate builds every block of a config).
 
     rl = RLConfig.from_config(config.rl)      # rl.group_size, rl.loss.kl_coef, rl.optim.lr
-    validate(config)                          # every typed block of a config (entry points)
 """
 from __future__ import annotations
 
@@ -10,17 +10,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from composer_jax.errors import ConfigError, check_field_types, reject_unknown_fields
+from composer_jax.config_schema import typed as _build
+from composer_jax.errors import ConfigError
 from composer_jax.rl.losses import LossConfig
 
 ADVANTAGES = ("grpo", "dr_grpo", "rloo")
-
-
-def _build(cls, values: Mapping[str, Any], block: str, **nested):
-    values = dict(values.items())
-    reject_unknown_fields(cls, values, block)
-    check_field_types(cls, values, block)
-    return cls(**{**values, **nested})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,17 +141,3 @@ class EvalRolloutConfig:
             raise ConfigError(f"eval_rollout.top_p={out.top_p}: must be in (0, 1]")
         return out
 
-
-def validate(config) -> None:
-    """Every typed block of `config` (model, rollout, rl, sft, fleet): the first bad field is a
-    ConfigError naming it. Entry points call this before any work starts."""
-    from composer_jax.fleet import FleetConfig
-    from composer_jax.model.config import ModelConfig
-    from composer_jax.rl.rollout_config import RolloutConfig
-
-    ModelConfig.from_config(config.model)
-    RolloutConfig.from_config(config.rollout)
-    RLConfig.from_config(config.rl)
-    SFTConfig.from_config(config.sft)
-    FleetConfig.from_config(config.fleet)
-    EvalRolloutConfig.from_config(config.get("eval_rollout", {}))

@@ -45,8 +45,11 @@ def main(argv=None) -> None:
     import uvicorn
 
     from composer_jax.serve.app import create_app
+    from composer_jax.config_schema import validate
     try:
-        server = build_server(load_config(args.config, overrides), args.checkpoint, model_name=args.model_name,
+        config = load_config(args.config, overrides)
+        validate(config)
+        server = build_server(config, args.checkpoint, model_name=args.model_name,
                               chunk=args.chunk, summarize=not args.no_summarize)
     except (ConfigError, FileNotFoundError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None

@@ -54,6 +54,7 @@ import numpy as np
 from flax import nnx
 
 from composer_jax.config_loading import apply_override, load_config, split_overrides
+from composer_jax.config_schema import validate
 from composer_jax.errors import ConfigError
 from composer_jax.model import ModelConfig, init_cache
 from composer_jax.model.create import abstract_model
@@ -429,6 +430,7 @@ def main(argv=None) -> int:
         config = load_config(args.config)
         for item in overrides:
             apply_override(config, item)
+        validate(config)
         p = plan(config, parse_slice(args.slice), args.mfu)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

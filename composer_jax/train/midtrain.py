@@ -16,6 +16,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from composer_jax.config_schema import validate
 from composer_jax.data import layout
 from composer_jax.data.build import build
 from composer_jax.errors import ConfigError
@@ -44,6 +45,7 @@ def main(argv) -> None:
     config, workdir = _CONFIG.value, pathlib.Path(_WORKDIR.value)
     data_dir = pathlib.Path(_DATA_DIR.value) if _DATA_DIR.value else workdir / "data"
     try:
+        validate(config)
         ensure_data(config, data_dir, _PROGRESS.value)
         result = train(config, workdir, data_dir, progress=_PROGRESS.value)
     except (ConfigError, NonFiniteError) as e:  # the user's to fix: one clear line
