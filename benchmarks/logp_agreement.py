@@ -21,7 +21,6 @@ import sys
 
 import numpy as np
 
-from composer_jax.experiments import longhorizon as rl_bench
 from benchmarks.common import write_result
 
 
@@ -42,6 +41,7 @@ def main(argv=None):
     from composer_jax.rl.agent import AgentLoop
     from composer_jax.rl.envs import local_factory, task_ids
     from composer_jax.rl.learner import make_logp
+    from composer_jax.rl.train import build
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
@@ -55,7 +55,8 @@ def main(argv=None):
     c = load_config(args.config)
     for item in overrides:
         apply_override(c, item)
-    run = rl_bench._engine(c, init_from=args.init_from)
+    run = build(c, None, init_from=args.init_from)  # no optimiser state: only evaluated
+    run.loop.close()
     loop = AgentLoop(run.engine, run.tokenizer, dataclasses.replace(run.engine.rollout, seed=int(c.seed)),
                      local_factory(c.rl, "train"))
     try:

@@ -21,12 +21,26 @@ import time
 from benchmarks.common import write_result
 
 
-def demo_sequences(c, n: int):
-    from composer_jax.experiments.bugfix import spread
-    from composer_jax.rl import sft
-    from composer_jax.rl.train import demonstrations, load_tokenizer, task_ids
+def mean_target_prob_by_class(log_probs, seqs, class_of, names) -> dict:
+    """Mean probability of every trained token (`loss_mask`) of `seqs` under `log_probs(tokens)`
+    ([t, vocab] log-probs of the next token), grouped by `class_of(token)`, one of `names`."""
+    import numpy as np
 
-    episodes = demonstrations(c, spread(task_ids(c.rl, "train"), n))
+    probs: dict[str, list[float]] = {k: [] for k in names}
+    for s in seqs:
+        tokens = np.asarray(s.tokens, np.int32)
+        logp = np.asarray(log_probs(tokens))
+        for i in np.flatnonzero(np.asarray(s.loss_mask)[1:] > 0) + 1:  # token i, predicted at i - 1
+            probs[class_of(int(tokens[i]))].append(float(np.exp(logp[i - 1, tokens[i]])))
+    return {k: dict(tokens=len(v), mean_p=float(np.mean(v)) if v else None) for k, v in probs.items()}
+
+
+def demo_sequences(c, n: int):
+    from composer_jax.rl import sft
+    from composer_jax.rl.envs import sample_ids
+    from composer_jax.rl.train import demonstrations, load_tokenizer
+
+    episodes = demonstrations(c, sample_ids(c.rl, "train", n))
     return sft.demo_sequences(episodes), load_tokenizer(c.rl)
 
 
@@ -36,7 +50,6 @@ def probe(c, directory: str, seqs, control: dict[str, int]) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
-    from composer_jax.experiments.longhorizon import mean_target_prob_by_class
     from composer_jax.model.config import ModelConfig
     from composer_jax.model.create import abstract_model
     from composer_jax.rl.train import load_params, make_mesh

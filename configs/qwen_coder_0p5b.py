@@ -5,10 +5,11 @@ Setup once (offline; ~1.5 min): pip install -e .[qwen] && python -m composer_jax
 Run:
   python benchmarks/humaneval_bench.py --config configs/qwen_coder_0p5b.py --out benchmarks/results/humaneval_qwen.json
 Variant "bugfix": SFT then RL from the imported weights on single-bug BugFix tasks with the
-bug's line named (the tier experiments.bugfix uses), the harness speaking Qwen's ChatML template
-(sized for one GPU; its memory settings measured on an H200, see docs/results/rl_bugfix.md):
-  python -m composer_jax.experiments.bugfix --config configs/qwen_coder_0p5b.py:bugfix \
-      --workdir runs/qwen_bugfix --final_eval 128 --out benchmarks/results/rl_bugfix_qwen.json
+bug's line named (configs/rl_bugfix.py's tier), the harness speaking Qwen's ChatML template
+(sized for one GPU; its memory settings measured on an H200, see docs/results/rl_bugfix.md);
+the base, SFT and RL policies on the same 128 validation tasks:
+  python -m composer_jax.experiments.run --config configs/qwen_coder_0p5b.py:bugfix \
+      --workdir runs/qwen_bugfix --out benchmarks/results/rl_bugfix_qwen.json
 Variant "realrepos": the same recipe on RealRepos (single bugs in real PyPI packages, a CI failure
 report as the prompt; build the suite first with `python -m environments.suites.realrepos`):
   python benchmarks/harness_eval.py --config configs/qwen_coder_0p5b.py:realrepos --tasks 4 \
@@ -25,14 +26,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '', 'bugfix' or 'realrepos'")
     c = tiny.get_config("dense")
     c.name = "qwen_coder_0p5b"
-    c.checkpoint_dir = str(DEFAULT_CACHE / NAME)  # written by composer_jax.checkpoints.qwen_setup
+    imported = str(DEFAULT_CACHE / NAME)  # written by composer_jax.checkpoints.qwen_setup
     c.model = ml_collections.ConfigDict(dict(
         vocab_size=151_936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, head_dim=64,
         d_ff=4864, rope_base=1e6, qkv_bias=True, tie_embeddings=False, norm_eps=1e-6,
         max_seq_len=4096, dtype="float32",
     ))
     c.data.seq_len = 2048
-    c.sample = ml_collections.ConfigDict(dict(batch_size=16, max_new_tokens=512))
+    c.sample = ml_collections.ConfigDict(dict(checkpoint=imported, batch_size=16, max_new_tokens=512))
     if arg in ("bugfix", "realrepos"):
         c.rl.suite_options = dict(max_bugs=1, hint_line=True)  # replaced, not merged with LongHorizon's
         # Training rows of 4,096 tokens: plain attention keeps a 4k x 4k score matrix per head and
@@ -42,8 +43,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # 4,096-token row (2.5 GB each, several per loss) in SFT, the learner or prefill scoring
         # (benchmarks/logits_memory_bench.py)
         c.model.logits_chunk = 512
-        c.rl.update(env_id="composer/BugFix-v0", env_max_turns=8, tokenizer=c.checkpoint_dir + "/tokenizer.json",
-                    init_from=c.checkpoint_dir, steps=24, groups_per_step=16, group_size=6,
+        c.rl.update(env_id="composer/BugFix-v0", env_max_turns=8, tokenizer=imported + "/tokenizer.json",
+                    init_from=imported, steps=24, groups_per_step=16, group_size=6,
                     negative_weight=0.0, row_len=4096, minibatch_rows=1, eval_tasks=64, eval_every=8,
                     checkpoint_every=8)
         # minibatch_rows=1: in the first RL step on the H200, 28 GiB requests were refused (the
@@ -54,7 +55,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # protocol (0/8 on CPU: YAML-like calls, summaries instead of actions)
         # float32 logits over 151,936 ids are 2.5 GB per 4,096-token row, and the loss keeps
         # several: 8 rows asked for one 56 GB buffer; 4 train on one H200 (measured)
-        c.sft.update(demos=2048, batch_rows=4)
+        c.sft.update(demos=2048, batch_rows=4, init_from=imported)
         # embed_lr_scale: the checkpoint never learned to predict the tool-call ids its template
         # maps the harness's call delimiters to (P < 1e-8). Without it SFT left them at 2e-4 and
         # the policy never ended a turn; with the embedding and head at lr 1e-3 they reached 0.97
@@ -67,6 +68,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # 43 GiB more at 64 slots (XLA's CPU plan); longer appends go in several calls.
         c.rollout.update(window=4096, summarize_at=0.9, summary_budget=256, max_segments=2, turn_budget=512,
                          slots=64, max_turns=8, prefill_buckets=(512, 1024), temperature=1.0)
+        c.experiment = ml_collections.ConfigDict(dict(
+            arms=dict(rl={}),
+            policies=dict(base=dict(checkpoint=imported), sft=dict(checkpoint="sft"), rl=dict(checkpoint="rl")),
+            evaluations=dict(validation=dict(tasks=128)), pairs=("rl:sft", "sft:base")))
     if arg == "realrepos":  # a CI report to read, then the code: more turns, and no line hint
         c.rl.update(env_id="composer/RealRepos-v0", env_max_turns=12)
         c.rl.suite_options = dict(max_bugs=1)

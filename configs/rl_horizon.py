@@ -1,18 +1,35 @@
 """Self-summarisation far beyond the window: LongHorizon's registers tier from 1x to 100x the
-context, at tiny scale on CPU (docs/results/horizon.md; runner composer_jax/experiments/horizon.py).
+context, at tiny scale on CPU (docs/results/horizon.md), run by composer_jax/experiments/run.py.
 
-  python -m composer_jax.experiments.horizon --config configs/rl_horizon.py --workdir runs/horizon
-  (another seed: --config.seed=N --workdir runs/horizon_seedN; each workdir trains its own SFT policy)
+  python -m composer_jax.experiments.run --config configs/rl_horizon.py --workdir runs/horizon \
+      --out benchmarks/results/horizon.json
+  (another seed: --config.seed=N, another workdir and --out; pool the records with
+   python -m composer_jax.experiments.pool)
 
-Variants (`configs/rl_horizon.py:ARG`, ARG a comma list): `quick` (minutes: the tests),
-`hops=N` (the tier of the SFT demonstrations; default 4), `drop_key=F` (how often the
-demonstrator's summaries drop the key; default 0.1). Run 1 of docs/results/horizon.md was
-`:hops=6,drop_key=0.25` (its demonstrator passed 19% of its runs; the SFT policy too few).
+1. A 1k BPE on the suite's expert transcripts (every secret word, path and register one token).
+2. SFT (copy drills, then the imperfect demonstrator's runs) on the 4-note tier; a second SFT run
+   whose demonstrations play under harness compaction, for the harness arm.
+3. The same RL budget from SFT per arm, with a length curriculum (2, 4, then 8 notes):
+     trained   summary tokens trained with the episode's advantage
+     masked    summary tokens get no gradient
+     harness   the harness writes every summary (rollout.compaction="harness"); RL trains the actions
+4. Every policy on the same held-out tasks of each horizon (HORIZONS: window multiple -> (notes,
+   filler lines)), same sampling keys, so each pair is compared episode by episode; two more
+   policies: none (the trained policy without resets: truncated when its window is full) and
+   sft (before RL). Per policy and horizon: pass rate (Wilson 95%), compaction error (facts the
+   env said later turns need that a summary dropped), summary tokens, transcript tokens, resets.
+Variants (`:ARG`, a comma list): `trained` / `masked` / `harness` (train that arm alone, side by
+side in one workdir), `hops=N` (the SFT tier; default 4), `drop_key=F` (how often the
+demonstrator's summaries drop the key; default 0.1), `quick` (minutes: the tests). Run 1 of
+docs/results/horizon.md was `:hops=6,drop_key=0.25` (its demonstrator passed 19% of its runs).
 
-The task: follow a chain of notes, each setting one of 2 registers (later notes overwrite earlier ones), and write the access key (first note) and
-both registers' last values. The state a summary must carry stays 4 facts however long the
-chain, so longer tiers need the summary to compress (drop superseded values), not to grow.
+The task: follow a chain of notes, each setting one of 2 registers (later notes overwrite
+earlier ones), and write the access key (first note) and both registers' last values. The state
+a summary must carry stays 4 facts however long the chain, so longer tiers need the summary to
+compress (drop superseded values), not to grow.
 """
+import copy
+
 import ml_collections
 
 from configs import parse_variant
@@ -41,24 +58,53 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1), "configs/rl_horizon.py")
+    v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1, trained=False, masked=False, harness=False),
+                      "configs/rl_horizon.py")
     if not 0 <= v["drop_key"] <= 1:
         raise ValueError(f"configs/rl_horizon.py: drop_key={v['drop_key']} must be in [0, 1]")
-    c = longhorizon("quick" if v["quick"] else None)
+    only = [a for a in ("trained", "masked", "harness") if v[a]]
+    if len(only) > 1:
+        raise ValueError(f"configs/rl_horizon.py: {only}: name one arm to train alone")
+    quick = v["quick"]
+    c = longhorizon("quick" if quick else None)
     c.name = f"rl_horizon{'_' + arg.replace(',', '_').replace('=', '') if arg else ''}"
     c.rl.update(system_prompt=SYSTEM, reward_mode="fraction", negative_weight=0.0,
                 suite_options=dict(hops=v["hops"], filler_lines=8, secrets="words", carry="registers",
                                    registers=2, expert_drop_key=v["drop_key"]),
-                curriculum=CURRICULUM if not v["quick"] else ({"hops": 2}, {"hops": 3}), curriculum_promote_at=0.6,
-                steps=2 if v["quick"] else 12, groups_per_step=2 if v["quick"] else 8, group_size=6,
+                curriculum=CURRICULUM if not quick else ({"hops": 2}, {"hops": 3}), curriculum_promote_at=0.6,
+                steps=2 if quick else 12, groups_per_step=2 if quick else 8, group_size=6,
                 eval_tasks=0, checkpoint_every=6)
     c.rl.optim.update(lr=3e-4, steps=c.rl.steps)
     # The pipeline's SFT recipe: copy drills, then an imperfect demonstrator (it drops the key
     # from 1 summary in 4) whose failures are cloned too, so RL has a summary habit to fix.
-    c.sft.update(demos=32 if v["quick"] else 256, batch_rows=8, successful_only=False,
-                 copy_warmup=20 if v["quick"] else 300)
-    c.sft.optim.update(steps=20 if v["quick"] else 400, lr=3e-3, warmup_steps=10 if v["quick"] else 50,
+    c.sft.update(demos=32 if quick else 256, batch_rows=8, successful_only=False,
+                 copy_warmup=20 if quick else 300)
+    c.sft.optim.update(steps=20 if quick else 400, lr=3e-3, warmup_steps=10 if quick else 50,
                        min_lr_ratio=0.1)
     c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, slots=24,
                      prefill_buckets=(64, 256), temperature=1.0)
-    return tier(c, v["hops"])
+    c = tier(c, v["hops"])
+    harness = dict(compaction="harness")
+    c.experiment = ml_collections.ConfigDict(dict(
+        sft=dict(sft={}, sft_harness=harness),  # the harness arm's demonstrations play under its compaction
+        arms=dict(trained={}, masked=dict(rl=dict(train_summaries=False)), harness=dict(sft="sft_harness",
+                                                                                       rollout=harness)),
+        policies=dict(trained=dict(checkpoint="trained"), masked=dict(checkpoint="masked"),
+                      harness=dict(checkpoint="harness", rollout=harness),
+                      none=dict(checkpoint="trained", rollout=dict(max_segments=1, summarize_at=1.0)),
+                      sft=dict(checkpoint="sft")),
+        evaluations={f"{m}x": horizon_set(c, m, tasks=2 if quick else 4 if m >= 30 else 16)
+                     for m in ((1, 3) if quick else HORIZONS)},
+        pairs=tuple(f"trained:{p}" for p in ("masked", "harness", "none", "sft")),
+        only=only[0] if only else ""))
+    return c
+
+
+def horizon_set(c: ml_collections.ConfigDict, mult: int, tasks: int) -> dict:
+    """The held-out set of a horizon: that tier's tasks (the expert drops no key there) under
+    the tier's caps (experiment.evaluations of the config)."""
+    hops, filler = HORIZONS[mult]
+    caps = tier(copy.deepcopy(c), hops, filler)
+    return dict(tasks=tasks, x=mult, suite_options=dict(hops=hops, filler_lines=filler, expert_drop_key=0.0),
+                rl=dict(env_max_turns=caps.rl.env_max_turns),
+                rollout=dict(max_turns=caps.rollout.max_turns, max_segments=caps.rollout.max_segments))

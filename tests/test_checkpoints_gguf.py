@@ -232,36 +232,41 @@ def test_stop_token_probe_scores_every_trained_token_with_the_model(tiny_gguf, t
 
 
 @pytest.mark.slow
-def test_bugfix_bench_runs_sft_and_rl_from_an_imported_base(tiny_gguf, tmp_path):
-    """The GPU recipe for a pretrained base (`experiments.bugfix --config ...:bugfix`) end to end at
-    toy size: SFT from the imported weights on expert demonstrations in the model's template,
-    RL, and the paired final evaluation, all through the imported tokenizer."""
+def test_experiment_runs_sft_and_rl_from_an_imported_base(tiny_gguf, tmp_path):
+    """The GPU recipe for a pretrained base (`experiments.run --config configs/qwen_coder_0p5b.py:bugfix`)
+    end to end at toy size: SFT from the imported weights on expert demonstrations in the model's
+    template, RL, and the paired evaluation of base, SFT and RL policies, all through the imported
+    tokenizer."""
     import dataclasses
     import json
 
     import ml_collections
 
-    from composer_jax.experiments.bugfix import run_bench
     from composer_jax.checkpoints.store import save_imported
     from composer_jax.config_loading import load_config
+    from composer_jax.experiments.run import run_experiment
 
     imported = import_gguf(tiny_gguf)
     save_imported(tmp_path / "ckpt", imported)
-    c = load_config("configs/tiny.py:test")
+    c = load_config("configs/qwen_coder_0p5b.py:bugfix")  # the recipe, at toy size below
     c.model = ml_collections.ConfigDict(dict(dataclasses.asdict(imported.cfg), max_seq_len=2048))
     c.rl.update(tokenizer=str(tmp_path / "ckpt" / "tokenizer.json"), init_from=str(tmp_path / "ckpt"),
-                env_id="composer/BugFix-v0", system_prompt="Tools: read_file, edit_file, submit.",
-                steps=1, groups_per_step=1, group_size=8, max_sampling_rounds=1, row_len=2048,
-                minibatch_rows=8, eval_tasks=2, env_max_turns=4)
-    c.rl.suite_options = dict(max_bugs=1, hint_line=True)
-    c.sft.update(demos=4, batch_rows=2)
+                system_prompt="Tools: read_file, edit_file, submit.", steps=1, groups_per_step=1, group_size=8,
+                max_sampling_rounds=1, row_len=2048, minibatch_rows=8, eval_tasks=2, env_max_turns=4)
+    c.rl.optim.steps = 1
+    c.sft.update(demos=4, batch_rows=2, init_from=str(tmp_path / "ckpt"))
     c.sft.optim.update(steps=2, warmup_steps=1)
     c.rollout.update(window=2048, turn_budget=256, summary_budget=16, max_segments=1, summarize_at=1.0,
                      slots=8, max_turns=4, prefill_buckets=(256, 1024))
+    c.experiment.policies.base.checkpoint = str(tmp_path / "ckpt")
+    c.experiment.evaluations.validation.tasks = 2
     out = tmp_path / "result.json"
-    record = run_bench(c, tmp_path / "work", copy_warmup=0, final_eval_tasks=2, out=str(out), argv=[])
-    assert json.loads(out.read_text())["before_rl_pass_rate"] == record["before_rl_pass_rate"]
-    assert record["sft"]["init_from"] == str(tmp_path / "ckpt") and record["sft"]["demo_pass_rate"] == 1.0
-    assert record["sft"]["sequences"] == 4 and record["rl"]["steps"] == 1
-    assert len(record["final_eval"]["rl"]["passed"]) == record["validation_tasks"] == 2
+    record = run_experiment(c, tmp_path / "work", str(out), ["test"])
+    assert json.loads(out.read_text())["paired"] == record["paired"]
+    assert record["training"]["sft"]["init_from"] == str(tmp_path / "ckpt")
+    assert record["training"]["sft"]["demo_pass_rate"] == 1.0 and record["training"]["sft"]["sequences"] == 4
+    assert record["training"]["rl"]["steps"] == 1
+    policies = record["evaluations"]["validation"]["policies"]
+    assert set(policies) == {"base", "sft", "rl"} and all(len(p["passed"]) == 2 for p in policies.values())
+    assert set(record["paired"]["validation"]) == {"rl_vs_sft", "sft_vs_base"}
     assert not (tmp_path / "work" / "tokenizer.json").exists()  # the imported tokenizer, not a new one

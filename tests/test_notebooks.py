@@ -56,14 +56,14 @@ def test_quickstart_notebook(tmp_path):
 def test_summarization_ablation_notebook(tmp_path):
     texts = execute("summarization_ablation.ipynb", tmp_path)
     result = json.loads(texts[-1])
-    assert set(result["ablation"]) == set(result["sweep"]) == {"trained_summary", "masked_summary", "no_summary"}
-    for name in result["ablation"]:  # each arm trained from the same SFT checkpoint
+    assert set(result["held_out"]) == set(result["sweep"]) == {"trained", "masked", "none"}
+    for name in result["held_out"]:  # each arm trained from the same SFT checkpoint
         assert (tmp_path / name / "checkpoints").is_dir()
     sweep = result["sweep"]
-    assert [p["hops"] for p in sweep["trained_summary"]] == [1, 2]
+    assert [p["hops"] for p in sweep["trained"]] == [2, 4]
     # Summaries let a run outgrow its window; without them a run is one context, never longer.
-    assert max(p["transcript_windows"] for p in sweep["trained_summary"]) > 1.0
-    assert all(p["segments_per_episode"] == 1 and p["transcript_windows"] <= 1.0 for p in sweep["no_summary"])
+    assert max(p["transcript_windows"] for p in sweep["trained"]) > 1.0
+    assert all(p["segments_per_episode"] == 1 and p["transcript_windows"] <= 1.0 for p in sweep["none"])
     assert (tmp_path / "summarization_ablation.png").stat().st_size > 10_000
 
 

@@ -1,11 +1,11 @@
-"""Experiments: a recipe in a config file (configs/rl_longhorizon.py, configs/rl_bugfix.py) and
-a runner here that trains its arms, evaluates them on the same episodes and writes one result
-record (pass rates with Wilson intervals, paired McNemar tests, pooled seeds).
+"""Experiments: a recipe is a config file with an `experiment` block (configs/rl_longhorizon.py,
+rl_bugfix.py, rl_horizon.py, qwen_coder_0p5b.py:bugfix; every setting and the command in its
+docstring), and one runner executes any of them: SFT runs, RL arms on one budget, every policy
+on the same held-out episodes, paired McNemar tests, one result schema.
 
-    python -m composer_jax.experiments.longhorizon --workdir runs/rl_bench --final_eval 128
-    python -m composer_jax.experiments.bugfix --drills 3000 --out benchmarks/results/rl_bugfix_drills.json
+    python -m composer_jax.experiments.run --config configs/rl_bugfix.py:drills --workdir W --out F.json
+    python -m composer_jax.experiments.pool A.json B.json --out pooled.json   # seeds pooled
 
-Modules: longhorizon (trained / masked / no summaries on LongHorizon), bugfix (SFT then RL on
-BugFix, paired evaluation of checkpoints), records (the JSON result with the machine it ran on).
-Notebooks and tests import these; benchmarks/ only measures.
+Modules: config (the typed `experiment` block), run (the stages), records (the result schema,
+its plot), pool (several seeds). Notebooks and tests import these; benchmarks/ only measures.
 """

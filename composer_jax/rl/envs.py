@@ -67,6 +67,21 @@ def task_ids(rl_cfg, split: str) -> list[str]:
         env.close()
 
 
+def sample_ids(rl_cfg, split: str, n: int) -> list[str]:
+    """`n` tasks of `split` that stand for the whole split, as the suite picks them
+    (TaskSuite.sample_ids; 0: every task). A suite with only `task_ids` (the toy ones) gives its
+    first n."""
+    env = local_factory(rl_cfg, split)()
+    try:
+        suite = env.unwrapped.suite
+        if hasattr(suite, "sample_ids"):
+            return suite.sample_ids(split, int(n))
+        ids = suite.task_ids(split)
+        return ids[:int(n)] if n else ids
+    finally:
+        env.close()
+
+
 def agent_texts(rl_cfg, tasks: int) -> list[str]:
     """What the policy will read, for a tokenizer's corpus: the harness's own text (summary
     instruction, system prompt) and the suite's `tokenizer_texts` of `tasks` train tasks."""

@@ -39,10 +39,11 @@ from composer_jax.model.create import abstract_model, create_sharded
 from composer_jax.rl import judge as judge_lib
 from composer_jax.rl import sft
 from composer_jax.rl.agent import AgentLoop
-from composer_jax.rl.config import EvalRolloutConfig, validate
+from composer_jax.config_schema import validate
+from composer_jax.rl.config import EvalRolloutConfig
 from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.engine_host import RolloutEngine, TeacherForcedOnly
-from composer_jax.rl.envs import RunEnvs, local_factory, task_ids
+from composer_jax.rl.envs import RunEnvs, local_factory, sample_ids, task_ids
 from composer_jax.rl.learner import Learner, evaluate, full_state, wilson
 from composer_jax.rl.rollout_config import RolloutConfig
 from composer_jax.seeds import seeds
@@ -216,7 +217,7 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
     hidden tests in the sandbox)."""
     validate(config)
     s = config.sft
-    ids = list(ids) if ids is not None else task_ids(config.rl, "train")[:int(s.demos)]
+    ids = list(ids) if ids is not None else sample_ids(config.rl, "train", int(s.demos))
     init_from = s.init_from if init_from is None else init_from
     t0 = time.perf_counter()
     if demos_cache is not None and demos_cache.exists():
@@ -332,7 +333,8 @@ def _train_rl(config, fleet: FleetConfig, run: Run, workdir: pathlib.Path, log, 
     learner = Learner(r, run.model_cfg, run.graphdef, run.tx, run.loop, cursor, mesh=run.mesh, ref_state=ref,
                       judge=judge, rubric_for=rubric_for, seed=seed.rl_rollouts,
                       aux_weights=(float(config.train.load_balance_weight), float(config.train.router_z_weight)))
-    eval_ids = eval_ids if eval_ids is not None else task_ids(r, r.eval_split)[:int(r.eval_tasks)]
+    if eval_ids is None and r.eval_tasks:
+        eval_ids = sample_ids(r, r.eval_split, int(r.eval_tasks))
     writer = MetricsWriter(workdir, resume_step=start)
     evals, last = {}, {}
 
@@ -394,7 +396,7 @@ def evaluate_policy(config, init_from: str, suites: dict[str, str], tasks: int, 
         with RunEnvs(config) as envs:  # one suite's worker pool at a time
             loop = make_loop(config, run.engine, run.tokenizer, envs.factory(rl_cfg, "validation"))
             try:
-                ids = task_ids(rl_cfg, "validation")[:int(tasks)]
+                ids = sample_ids(rl_cfg, "validation", int(tasks))
                 with jax.set_mesh(run.mesh):
                     try:
                         results[name] = evaluate(loop, ids, seed=seeds(config).eval, outcomes=True,

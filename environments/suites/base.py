@@ -56,6 +56,16 @@ class TaskSuite(abc.ABC):
         (the compaction error). None: the suite cannot tell."""
         return None
 
+    def sample_ids(self, split: str, n: int) -> list[str]:
+        """`n` tasks of `split` that stand for all of it (0 or more than there are: every task):
+        evenly spaced, since a suite's ids come grouped by their source (the first n would cover
+        a few source functions or packages only). SFT demonstrations, RL's own evaluations and
+        the experiments' held-out sets all draw tasks here."""
+        ids = self.task_ids(split)
+        if not n or n >= len(ids):
+            return ids
+        return [ids[i * len(ids) // n] for i in range(n)]
+
     def tokenizer_texts(self, env, tasks: int) -> list[str]:
         """Text of this suite's episodes for a tokenizer's corpus (data.tokenizer_agent_tasks):
         the expert's transcripts of the first `tasks` train tasks, played in `env` and rendered

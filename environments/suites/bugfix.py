@@ -215,6 +215,20 @@ class BugFixSuite(TaskSuite):
             },
         )
 
+    def tokenizer_texts(self, env, tasks: int) -> list[str]:
+        """What the policy reads and writes, without playing an episode: the first `tasks` train
+        tasks' prompts, their files as read_file numbers them and the expert's tool calls. Drills
+        are left out, so a run with drills and one without share their tokenizer."""
+        from composer_jax.harness.tools import numbered_lines
+        from environments.experts import expert_plan
+
+        texts = []
+        for task_id in [t for t in self.task_ids("train") if t not in self._drills][:tasks]:
+            task = self.get(task_id)
+            numbered = [numbered_lines(text.splitlines()) for text in task.files.values()]
+            texts.append("\n".join([task.prompt, *numbered, *expert_plan(task)]))
+        return texts
+
     def _hinted(self, prompt: str, line: int, path: str) -> tuple[str, dict]:
         """The prompt, with the bug's line named when `hint_line`; the metadata that goes with it."""
         if not self.hint_line:

@@ -287,6 +287,11 @@ class LongHorizonSuite(TaskSuite):
         registers = o.registers if o.carry == "registers" else 0
         return [task_id(split, o.hops, o.filler_lines, i, o.secrets, registers) for i in range(self._size(split))]
 
+    def sample_ids(self, split: str, n: int) -> list[str]:
+        """The first n: generated tasks are independent draws, in no grouped order."""
+        ids = self.task_ids(split)
+        return ids[:n] if n else ids
+
     def carry_facts(self, task: Task, reads) -> list[list[str]]:
         return carry_facts(task, reads)
 
