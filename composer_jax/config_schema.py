@@ -84,7 +84,7 @@ class DataConfig:
     def check(self) -> None:
         _positive("data", self, "num_shards", "batch_size", "tokenizer_agent_repeat")
         if self.seq_len < 2:
-            raise ConfigError(f"data.seq_len={self.seq_len}: must be >= 2 (a token and its target)")
+            raise ConfigError(f"data.seq_len must be >= 2 (a token and its target), got {self.seq_len}")
         if not 0 <= self.val_fraction < 1:
             raise ConfigError(f"data.val_fraction={self.val_fraction}: must be in [0, 1)")
         if self.tokenizer_agent_tasks < 0:
