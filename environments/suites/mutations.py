@@ -162,11 +162,11 @@ def _parents(tree: ast.AST) -> dict[int, ast.AST]:
     return {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
 
-def _same_tree(source: str, expected_dump: str) -> bool:
+def _dump(source: str) -> str | None:
     try:
-        return ast.dump(parse_python(source)) == expected_dump
+        return ast.dump(parse_python(source))
     except SyntaxError:
-        return False
+        return None
 
 
 def _removable_statement(node: ast.AST, parent: ast.AST, lines: list[bytes]) -> bool:
@@ -187,13 +187,16 @@ def mutants(source: str, real_bugs: bool = False) -> list[Mutant]:
     tree = parse_python(source)
     lines = source.encode("utf-8").splitlines(keepends=True)
     parents = _parents(tree)
-    seen, found = {source}, []
+    dumps, found = {source: ast.dump(tree)}, []  # text -> its tree's dump (None: no parse)
 
-    def keep(operator: str, node: ast.AST, edit: Edit, expected: str) -> None:
+    def keep(operator: str, node: ast.AST, edit: Edit, expected: str) -> bool:
+        """Keeps the edit if its text parses to `expected`, once per text; says whether it does."""
         text = apply_edits(source, (edit,))
-        if text not in seen and _same_tree(text, expected):
-            seen.add(text)
-            found.append(Mutant(operator, node.lineno, text, (edit,)))
+        if text not in dumps:
+            dumps[text] = _dump(text)
+            if dumps[text] == expected:
+                found.append(Mutant(operator, node.lineno, text, (edit,)))
+        return dumps[text] == expected
 
     for node in _function_nodes(tree):
         for operator, target, new in _edits_at(node):
@@ -201,9 +204,7 @@ def mutants(source: str, real_bugs: bool = False) -> list[Mutant]:
             expected = _dump_with(tree, parents[id(target)], target, new)
             snippet = ast.unparse(new)
             for candidate in (snippet, f"({snippet})"):
-                edit = Edit(start, end, candidate.encode())
-                if _same_tree(apply_edits(source, (edit,)), expected):
-                    keep(operator, target, edit, expected)
+                if keep(operator, target, Edit(start, end, candidate.encode()), expected):
                     break
         if isinstance(node, ast.stmt) and _removable_statement(node, parents[id(node)], lines):
             expected = _dump_with(tree, parents[id(node)], node, None)
