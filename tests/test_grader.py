@@ -498,7 +498,7 @@ def test_the_report_is_json_of_plain_outcomes(backend):
 def test_setting_an_attribute_of_a_repo_module_reaches_the_submission(backend):
     hidden = ("import clampx\nfrom clampx import sub\n\n\ndef test_patch():\n    clampx.LIMIT = 3\n"
               "    assert clampx.clamp(5, 0, 10) == 3 and sub.ok()\n\n\n"
-              "def test_patch_with_a_function_is_refused():\n    clampx.clamp = lambda *a: 0\n")
+              "def test_patch_with_a_function_is_refused():\n    clampx.clamp = getattr\n")
     task = Task(task_id="unit/setattr", suite="BugFix", prompt="-",
                 files={"clampx/__init__.py": "LIMIT = 10\n\n\ndef clamp(x, lo, hi):\n    return min(x, hi, LIMIT)\n",
                        "clampx/sub.py": "def ok():\n    return True\n"},
@@ -507,7 +507,7 @@ def test_setting_an_attribute_of_a_repo_module_reaches_the_submission(backend):
     res = grade(task, task.files, backend)
     assert res.tests == {"test_s.py::test_patch": True, "test_s.py::test_patch_with_a_function_is_refused": False}, \
         res.details
-    assert "passed a function of the test to the submission" in res.details
+    assert "passed a builtin_function_or_method of the test to the submission" in res.details
 
 
 def test_a_call_cannot_change_the_inputs_of_other_tests(backend):
@@ -539,3 +539,150 @@ def test_what_the_judge_cannot_send_never_passes_for_the_submissions_error(backe
                 hidden_tests={"test_m.py": hidden}, graded_tests=("test_m.py::test_deep", "test_m.py::test_object"))
     res = grade(task, {"m.py": "def f(x):\n    return 1\n"}, backend)
     assert res.passed == 0 and "cannot be sent to the submission" in res.details, res.details
+
+
+# --- callbacks: the test's functions run in the judge when the submission calls them ----------
+CALLBACK_CODE = """def apply(f, xs, **kw):
+    return [f(x, **kw) for x in xs]
+
+
+def sort_by(xs, key):
+    return sorted(xs, key=key)
+
+
+def twice(f):
+    return lambda x: f(f(x))
+
+
+def guarded(f, x):
+    try:
+        return f(x)
+    except ValueError:
+        return 'caught'
+
+
+def default_of(factory):
+    return factory()
+"""
+CALLBACK_TESTS = """import functools
+import operator
+
+import pytest
+
+from cb import apply, default_of, guarded, sort_by, twice
+
+
+class Stop(Exception):
+    pass
+
+
+def test_lambda_and_keywords():
+    assert apply(lambda x, k=0: x * 10 + k, [1, 2], k=3) == [13, 23]
+
+
+def test_key_function_sees_data():
+    assert sort_by(["bb", "a", "ccc"], key=len) == ["a", "bb", "ccc"]
+    assert sort_by(["b", "A", "c"], key=str.lower) == ["A", "b", "c"]
+
+
+def test_partial_and_operator():
+    assert apply(functools.partial(operator.add, 5), [1, 2]) == [6, 7]
+
+
+def test_callback_returning_the_submissions_closure():
+    seen = []
+    inc = twice(lambda x: seen.append(x) or x + 1)
+    assert inc(1) == 3 and seen == [1, 2]
+
+
+def test_the_tests_own_exception_propagates():
+    def boom(x):
+        raise Stop(x)
+    with pytest.raises(Stop):
+        apply(boom, [1])
+
+
+def test_the_submission_may_catch_by_builtin_base():
+    def bad(x):
+        raise ValueError("no")
+    assert guarded(bad, 1) == 'caught'
+
+
+def test_builtin_factory():
+    assert default_of(list) == [] and default_of(dict) == {}
+"""
+CALLBACK_IDS = tuple(f"test_cb.py::{n}" for n in (
+    "test_lambda_and_keywords", "test_key_function_sees_data", "test_partial_and_operator",
+    "test_callback_returning_the_submissions_closure", "test_the_tests_own_exception_propagates",
+    "test_the_submission_may_catch_by_builtin_base", "test_builtin_factory"))
+CALLBACK_TASK = Task(task_id="unit/callbacks", suite="BugFix", prompt="-", files={"cb.py": CALLBACK_CODE},
+                     hidden_tests={"test_cb.py": CALLBACK_TESTS}, graded_tests=CALLBACK_IDS)
+
+
+def test_callbacks_of_the_test_run_in_the_judge(backend):
+    """Functions, partials and pure builtins a test hands the package cross as callbacks: the
+    package calls them, they run in the judge on data; the test's own exception class survives a
+    round trip through the submission, and a submission may catch it by its builtin base."""
+    res = grade(CALLBACK_TASK, CALLBACK_TASK.files, backend)
+    assert res.tests == dict.fromkeys(CALLBACK_IDS, True), res.details
+    broken = CALLBACK_CODE.replace("return [f(x, **kw) for x in xs]", "return [f(x) for x in xs]")
+    res = grade(CALLBACK_TASK, {"cb.py": broken}, backend)
+    assert not res.tests["test_cb.py::test_lambda_and_keywords"], res.details
+    assert res.tests["test_cb.py::test_builtin_factory"], res.details
+
+
+def test_callbacks_leak_no_expected_value_and_no_judge_object(backend):
+    """A callback that asserts on its argument tells the submission only that it raised
+    AssertionError: the message holding the expected value stays in the judge. Callables that
+    read attributes or run code by name never cross; a callback's exception replayed in a later
+    test is a plain Exception there; a made-up callback id breaks the run."""
+    tests = ("import pytest\n\nfrom spy import forge, probe, replay\n\n\nclass Stop(Exception):\n    pass\n\n\n"
+             "def check(x):\n    assert x == 'the expected value'\n\n\n"
+             "def stop(x):\n    raise Stop(x)\n\n\n"
+             "def test_probe():\n    assert probe(check) == 'AssertionError:()'\n    probe(stop)\n\n\n"
+             "def test_replay():\n    with pytest.raises(Stop):\n        replay()\n\n\n"
+             "def test_getattr_does_not_cross():\n    probe(getattr)\n\n\n"
+             "def test_forged_callback():\n    assert forge() == 1\n")
+    code = ("import gc\n\nKEPT = []\n\n\ndef probe(f):\n    try:\n        f('guess')\n    except Exception as e:\n"
+            "        KEPT.append(e)\n        return type(e).__name__ + ':' + str(e) + repr(e.args)\n\n\n"
+            "def replay():\n    raise KEPT[-1]\n\n\n"
+            "def forge():\n    peer = next(o for o in gc.get_objects() if type(o).__name__ == 'Peer')\n"
+            "    peer.send({'cb': 999, 'a': [], 'kw': {'d': []}})\n    return 1\n")
+    ids = tuple(f"test_s.py::{n}" for n in ("test_probe", "test_replay", "test_getattr_does_not_cross",
+                                             "test_forged_callback"))
+    task = Task(task_id="unit/leak", suite="BugFix", prompt="-", files={"spy.py": code},
+                hidden_tests={"test_s.py": tests}, graded_tests=ids)
+    res = grade(task, task.files, backend)
+    assert res.tests == {ids[0]: True, ids[1]: False, ids[2]: False, ids[3]: False}, res.details
+    assert "passed a builtin_function_or_method of the test to the submission" in res.details
+    assert "unknown callback 999" in res.details + res.error, res.details
+
+
+@pytest.mark.parametrize("name,allowed", [
+    ("len", True), ("str.lower", True), ("{}.get", True), ("operator.add", True), ("math.floor", True),
+    ("functools.partial(operator.mul, 2)", True), ("getattr", False), ("eval", False), ("type", False),
+    ("vars", False), ("pow", False), ("math.factorial", False), ("operator.attrgetter('x')", False), ("operator.methodcaller('x')", False),
+    ("str.format", False), ("'{0.__class__}'.format", False), ("object.__getattribute__", False),
+    ("json.loads", False), ("functools.partial(getattr, 1)", False), ("object", False)])
+def test_which_callables_may_cross(name, allowed):
+    """The policy by class: pure builtins and data types' plain methods cross; anything that
+    reads attributes by a name the submission sends, runs code, or is library Python does not."""
+    import functools
+    import importlib
+    import json  # noqa: F401 - named in the parametrisation
+    import operator  # noqa: F401
+    judge = importlib.import_module("composer_jax.grading.remote.judge")
+    obj = eval(name, {"functools": functools, "operator": operator, "math": math, "json": json})
+    assert judge.callback_allowed(obj) is allowed
+
+
+def test_callbacks_nested_without_end_fail_the_test_not_the_judge(backend):
+    """The submission and a callback calling each other forever stop at a fixed depth: the
+    channel breaks, the test fails, and the judge reports (no RecursionError, no hang)."""
+    tests = ("from spy import rec\n\n\ndef test_ping_pong():\n    def g(h):\n        return h(g)\n\n"
+             "    assert rec(g) == 1\n")
+    task = Task(task_id="unit/nest", suite="BugFix", prompt="-", files={"spy.py": "def rec(f):\n    return f(rec)\n"},
+                hidden_tests={"test_n.py": tests}, graded_tests=("test_n.py::test_ping_pong",))
+    res = grade(task, task.files, backend)
+    assert res.tests == {"test_n.py::test_ping_pong": False} and not res.error, res.details
+    assert "callbacks nested deeper than 32" in res.details, res.details

@@ -129,8 +129,12 @@ def test_plain_backend():  # green only if the build runs the code in the sandbo
     assert core.backend() == "plain"
 
 
-def test_passes_a_function():  # a builtin of the test cannot cross to the submission: not gradable
-    assert core.apply(len, "abc") == 3
+def test_passes_a_function():  # a callback: runs in the judge when the package calls it, gradable
+    assert core.apply(lambda s: len(s) * 2, "abc") == 6
+
+
+def test_passes_type():  # type returns the judge's objects: never crosses, not gradable
+    assert core.apply(type, "abc") is str
 
 
 def test_known_failure():  # fails before any mutation: dropped
@@ -192,7 +196,8 @@ def test_validation_keeps_only_tests_green_everywhere(built):
     assert "tests/test_core.py::test_clamp_inside" in green and "tests/test_core.py::test_tally" in green
     assert "tests/test_core.py::test_plain_backend" in green  # the fast path ran in the task's runtime
     assert b["dropped_tests"] == {"failed_or_skipped": 2, "not_gradable": 1, "module_not_collectable": 1}
-    assert not green & {"tests/test_core.py::test_known_failure", "tests/test_core.py::test_passes_a_function",
+    assert "tests/test_core.py::test_passes_a_function" in green  # a callback of the test
+    assert not green & {"tests/test_core.py::test_known_failure", "tests/test_core.py::test_passes_type",
                         "tests/test_paths.py::test_here", "tests/test_core.py::test_skipped"}
 
 

@@ -29,7 +29,7 @@ from environments.suites.base import parse_python
 
 SUITE_NAME = "RealRepos"
 MUTANTS_PER_FUNCTION = 6
-DOUBLES_PER_PACKAGE = 0.35  # two-bug tasks, as a share of a package's single-bug tasks
+DOUBLES_PER_PACKAGE = 1.0  # two-bug tasks tried, as a share of a package's single-bug tasks
 SLOWDOWN_LIMIT = 3.0  # a mutant run may take this many times the whole pristine suite's CPU time
 RUN_TIMEOUT_S = (3.0, 10.0)  # ... within these bounds: a hanging mutant is dropped, not waited for
 SUITE_LIMITS = Limits(wall_s=600.0, cpu_s=600, memory_bytes=4 << 30, max_procs=64,

@@ -34,7 +34,7 @@ PACKAGES = (
     Package("tabulate", "0.10.0", "e2cfde8f79420f6deeffdeda9aaec3b6bc5abce947655d17ac662b126e48a60d",
             ("tabulate",), ("test",), split="validation"),
     Package("toolz", "1.2.0", "9667a038e9d6ecba37995e26cb2f59ec6420b6ad8dd9677de59db9b956b08490",
-            ("toolz",), ("toolz/tests", "toolz/sandbox/tests")),
+            ("toolz",), ("toolz/tests",)),
     Package("isodate", "0.7.2", "4cd1aa0f43ca76f4a6c6c0292a85f40b35ec2e43e315b59f06e6d32171a953e6",
             ("src/isodate",), ("tests",)),
     Package("webcolors", "25.10.0", "62abae86504f66d0f6364c2a8520de4a0c47b80c03fc3a5f1815fedbef7c19bf",

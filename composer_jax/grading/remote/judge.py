@@ -11,14 +11,22 @@ the submission never sees what it is compared with.
 
 What a test can do with a remote object: call it, get/set attributes and items, len, bool, str,
 iterate, next, isinstance against a remote class, raise and catch its exceptions (remote
-exception classes become real classes here). What it cannot: compare it (`==` is identity, as
+exception classes become real classes here), and pass it a callback: a function of the test (or
+a pure builtin) crosses as a handle, and when the submission calls it, it runs here, on data,
+and its result goes back (`callback_allowed` says which callables; an exception it raises
+crosses as its builtin base class alone, so an assertion's message never reaches the
+submission, and is raised here again as itself if the submission lets it propagate). What it cannot: compare it (`==` is identity, as
 for objects without `__eq__`), test membership in it, or do arithmetic on it, since each of those
 would send the expected value to the submission and let it decide. Those uses are recorded as
 notes on the test, so the task builder can count the tests that need them.
 """
+import builtins
+import functools
 import importlib.abc
 import importlib.util
 import json
+import math
+import operator
 import os
 import select
 import sys
@@ -33,6 +41,23 @@ import codec  # noqa: E402 - after the path entry that finds it
 sys.path.remove(_HERE)
 __tracebackhide__ = True  # pytest's failure reports show the test's frames, not these
 MUTABLE = (list, dict, set, bytearray)
+MAX_CALLBACK_DEPTH = 32  # the submission calling the test calling the submission ..., nested
+DATA_TYPES = (str, bytes, bytearray, int, float, complex, bool, list, tuple, dict, set, frozenset)
+# Builtins a test may hand the submission as callbacks (key=, default factories, reducers): each
+# computes on its arguments alone. Nothing that reads attributes by name (getattr, attrgetter,
+# methodcaller, str.format), runs code (eval, exec, compile, __import__), touches files, returns
+# this process's objects (vars, globals, type, iter), or turns small arguments into minutes of
+# CPU here (pow, shifts, factorial) crosses.
+_UNSAFE = {"attrgetter", "methodcaller", "call", "pow", "ipow", "lshift", "ilshift", "factorial", "comb", "perm",
+           "prod"}
+SAFE_CALLABLES = tuple(
+    [getattr(builtins, n) for n in ("abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable",
+                                    "chr", "complex", "dict", "divmod", "float", "frozenset", "hash", "hex", "int",
+                                    "len", "list", "max", "min", "oct", "ord", "repr", "round", "set",
+                                    "sorted", "str", "sum", "tuple")]
+    + [getattr(operator, n) for n in operator.__all__ if n not in _UNSAFE]
+    + [getattr(math, n) for n in dir(math) if n not in _UNSAFE and not n.startswith("_") and callable(getattr(math, n))])
+SAFE_IDS = frozenset(map(id, SAFE_CALLABLES))  # by identity: a bound method of a dict is unhashable
 
 
 class RemoteBroken(BaseException):
@@ -45,7 +70,7 @@ class NotGradable(BaseException):
     something that cannot cross). The test fails and the use is noted."""
 
 
-STATE = {"current": "", "notes": {}, "import_errors": [], "exports": {}, "module_data": set()}
+STATE = {"current": "", "notes": {}, "import_errors": [], "exports": {}, "module_data": set(), "roots": ()}
 
 
 def note(text: str) -> None:
@@ -73,7 +98,7 @@ class Channel:
         self.broken = self.broken or why
         raise RemoteBroken(self.broken)
 
-    def ask(self, line: bytes) -> bytes:
+    def send(self, line: bytes) -> None:
         if self.broken:
             raise RemoteBroken(self.broken)
         self.requests += 1
@@ -86,6 +111,8 @@ class Channel:
                 continue
             except OSError:
                 self.fail("the submission's process has exited")
+
+    def receive(self) -> bytes:
         while (end := self.buf.find(b"\n")) < 0:
             if len(self.buf) > codec.MAX_MESSAGE_BYTES:
                 self.fail("the submission sent a reply larger than the codec allows")
@@ -224,6 +251,10 @@ class Link:
         self.channel = None
         self.proxies: dict[int, object] = {}
         self.session = codec.Session("j", self._to_handle, self._from_handle)
+        self.callbacks: list = []  # the test's callables the submission holds, kept alive for the run
+        self.callback_ids: dict[int, int] = {}
+        self.raised: dict[int, BaseException] = {}  # token -> what a callback raised, this test only
+        self.tokens, self.depth, self.fatal = 0, 0, None
 
     def _to_handle(self, obj):
         if isinstance(obj, Remote):
@@ -231,6 +262,12 @@ class Link:
         hid = getattr(obj, "__cj_handle__", None) if isinstance(obj, type) else None
         if type(hid) is int:
             return {"h": hid}
+        if callback_allowed(obj):
+            k = self.callback_ids.get(id(obj))
+            if k is None:
+                k = self.callback_ids[id(obj)] = len(self.callbacks)
+                self.callbacks.append(obj)
+            return {"h": k, "j": 1}
         note(f"passed a {type(obj).__name__} of the test to the submission")
         raise NotGradable(f"a {type(obj).__name__} of the test cannot be sent to the submission (data only)")
 
@@ -238,6 +275,10 @@ class Link:
         hid = tag.get("h")
         if type(hid) is not int:
             raise codec.DecodeError("bad handle")
+        if "j" in tag:  # a callback of ours, handed back
+            if tag["j"] != 1 or not 0 <= hid < len(self.callbacks):
+                raise codec.DecodeError(f"unknown callback {hid!r}")
+            return self.callbacks[hid]
         proxy = self.proxies.get(hid)
         if proxy is None:
             name = tag.get("q") if type(tag.get("q")) is str else "object"
@@ -279,7 +320,12 @@ class Link:
             note(f"an argument cannot cross: {e}")
             raise NotGradable(f"an argument of the test cannot be sent to the submission: {e}") from None
         try:
-            reply = self.session.read(self.channel.ask(line))
+            self.channel.send(line)
+            while "cb" in (reply := self.session.read(self.channel.receive())):
+                self._run_callback(reply)
+            if self.fatal is not None:  # a callback failed in a way that decides the test here
+                fatal, self.fatal = self.fatal, None
+                raise fatal
             if "raise" in reply:
                 raise self._exception(reply["raise"])
             if "v" not in reply:
@@ -287,6 +333,33 @@ class Link:
             return reply, self.session.decode(reply["v"])
         except codec.DecodeError as e:
             self.channel.fail(f"the submission's reply is not well formed ({e})")
+
+    def _run_callback(self, request: dict) -> None:
+        """The submission called a callback of the test: run it here, send back its result, or
+        the builtin base class of what it raised and a token (never its message or arguments)."""
+        args, kwargs = self.session.decode(request.get("a")), self.session.decode(request.get("kw"))
+        fn = self._from_handle({"h": request.get("cb"), "j": 1})
+        if type(args) is not list or type(kwargs) is not dict or any(type(k) is not str for k in kwargs):
+            raise codec.DecodeError("a callback call needs a list of arguments and a dict of keywords")
+        if self.depth >= MAX_CALLBACK_DEPTH:
+            self.channel.fail(f"callbacks nested deeper than {MAX_CALLBACK_DEPTH}")
+        self.depth += 1
+        try:
+            out = {"op": "ret", "v": self._encode(fn(*args, **kwargs))}
+            line = self.session.message(out)
+        except (RemoteBroken, KeyboardInterrupt):
+            raise
+        except BaseException as e:  # noqa: BLE001 - the test's exception is the callback's answer
+            if isinstance(e, (NotGradable, codec.Unencodable)):
+                self.fatal = self.fatal or (e if isinstance(e, NotGradable) else NotGradable(str(e)))
+            self.tokens += 1
+            self.raised[self.tokens] = e
+            base = next((c.__name__ for c in type(e).__mro__
+                         if issubclass(c, Exception) and codec.builtin_exception(c.__name__) is c), "Exception")
+            line = self.session.message({"op": "ret", "raise": {"x": base, "cbx": self.tokens}})
+        finally:
+            self.depth -= 1
+        self.channel.send(line)
 
     def _encode(self, value):
         """An argument in the codec. What cannot cross fails the test as not gradable, never as
@@ -320,6 +393,9 @@ class Link:
     def _exception(self, payload):
         if type(payload) is not dict:
             raise codec.DecodeError("bad exception")
+        token = payload.get("cbx")
+        if type(token) is int and token in self.raised:  # a callback's exception, propagated
+            return self.raised[token]
         if payload.get("unencodable"):
             note("the submission returned a value that cannot cross")
             return NotGradable(str(payload.get("str"))[:500])
@@ -342,6 +418,29 @@ class Link:
         if isinstance(exc, ImportError) and type(payload.get("name")) is str:
             exc.name = payload["name"]
         return exc
+
+
+def callback_allowed(obj) -> bool:
+    """May `obj` cross to the submission as a callback? Code of the test's own files (functions,
+    lambdas, their bound methods and partials), the pure builtins of SAFE_CALLABLES, and the
+    plain methods of builtin data types. The submission picks the arguments, so nothing that
+    could reach this process's objects by a name it sends."""
+    if isinstance(obj, functools.partial):
+        return callback_allowed(obj.func)
+    if isinstance(obj, types.MethodType):
+        obj = obj.__func__
+    if isinstance(obj, types.FunctionType):
+        return obj.__code__.co_filename.startswith(STATE["roots"])
+    if id(obj) in SAFE_IDS:
+        return True
+    name = getattr(obj, "__name__", "")
+    if type(name) is not str or name.startswith("_") or name in ("format", "format_map"):
+        return False
+    if isinstance(obj, (types.MethodDescriptorType, types.ClassMethodDescriptorType)):  # str.lower
+        return obj.__objclass__ in DATA_TYPES
+    if isinstance(obj, types.BuiltinMethodType):  # "".join, a test dict's .get
+        return type(obj.__self__) in DATA_TYPES
+    return False
 
 
 def _remote_str(exc) -> str:
@@ -419,6 +518,7 @@ class Recorder:
 
     def pytest_runtest_protocol(self, item, nextitem):
         STATE["current"] = item.nodeid
+        LINK.raised.clear()  # a callback's exception is this test's alone
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call":
@@ -438,6 +538,7 @@ def main() -> None:
     result_fd = os.dup(1)
     os.dup2(2, 1)  # pytest's terminal output goes to stderr; stdout carries the result alone
     os.chdir(cfg["root"])
+    STATE["roots"] = tuple({os.path.join(cfg["root"], ""), os.path.join(os.path.realpath(cfg["root"]), "")})
     if cfg.get("rpc"):
         LINK.channel = Channel(*cfg["rpc"], deadline=time.monotonic() + cfg["seconds"])
     sys.meta_path.insert(0, RemoteImporter(cfg["remote"]))

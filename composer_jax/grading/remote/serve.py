@@ -8,7 +8,8 @@ included, so nothing it sends is trusted: the judge decides from data alone.
 
 Requests: {"op": OP, "h": handle, ...}; replies: {"v": value} | {"raise": {"cls", "args",
 "str"}}, plus "wb" (mutable arguments changed by a call: index or keyword -> new value) and the
-codec's node table.
+codec's node table. A callback of the test (a handle tagged "j") is called by sending
+{"cb": handle, "a", "kw"} and serving the judge's requests until its {"op": "ret"} arrives.
 """
 import importlib
 import itertools
@@ -27,13 +28,37 @@ TEXT_LIMIT = 1 << 20  # characters of str()/repr() sent back
 MUTABLE = (list, dict, set, bytearray)
 
 
+class Callback:
+    """A callable of the test: calling it runs it in the judge, on data."""
+
+    __slots__ = ("_peer", "_k")
+
+    def __init__(self, peer, k: int):
+        self._peer, self._k = peer, k
+
+    def __call__(self, *args, **kwargs):
+        peer = self._peer
+        peer.send({"cb": self._k, "a": [peer.session.encode(a) for a in args],
+                   "kw": peer.session.encode(dict(kwargs))})
+        ret = peer.loop(waiting=True)
+        if "raise" in ret:  # the builtin base of what the test's callable raised, and its token
+            raised = ret["raise"] if type(ret["raise"]) is dict else {}
+            cls = codec.builtin_exception(str(raised.get("x")))
+            e = (cls if cls is not None and issubclass(cls, Exception) else Exception)()
+            e.__cj_cbx__ = raised.get("cbx")
+            raise e
+        return peer.session.decode(ret.get("v"))
+
+
 class Handles:
     """Objects the judge refers to by number; kept alive for the whole run."""
 
-    def __init__(self):
-        self.objects, self.index = [], {}
+    def __init__(self, peer=None):
+        self.objects, self.index, self.peer, self.callbacks = [], {}, peer, {}
 
     def tag(self, obj, bases: bool = True) -> dict:
+        if type(obj) is Callback:
+            return {"h": obj._k, "j": 1}
         hid = self.index.get(id(obj))
         if hid is None:
             hid = len(self.objects)
@@ -48,6 +73,10 @@ class Handles:
 
     def get(self, tag):
         hid = tag.get("h")
+        if "j" in tag and type(hid) is int:
+            if hid not in self.callbacks:
+                self.callbacks[hid] = Callback(self.peer, hid)
+            return self.callbacks[hid]
         if type(hid) is not int or not 0 <= hid < len(self.objects):
             raise codec.DecodeError(f"unknown handle {hid!r}")
         return self.objects[hid]
@@ -159,29 +188,51 @@ def _raised(session, e: BaseException) -> dict:
     except BaseException:  # noqa: BLE001 - arguments that are not data cross as their message
         args = None
     name = getattr(e, "name", None) if isinstance(e, ImportError) else None
+    try:
+        token = e.__dict__.get("__cj_cbx__")  # a callback's exception, propagated
+    except BaseException:  # noqa: BLE001
+        token = None
     return {"raise": {"cls": session.encode(type(e)), "args": args, "str": message,
-                      "name": name if type(name) is str else None}}
+                      "name": name if type(name) is str else None, "cbx": token if type(token) is int else None}}
 
 
-def serve(rfile, wfd) -> None:
-    handles = Handles()
-    session = codec.Session("s", handles.tag, handles.get)
-    while line := rfile.readline(codec.MAX_MESSAGE_BYTES + 1):
-        try:
-            req = session.read(line)
-            obj = handles.get(req) if "h" in req else None
-            if req.get("op") == "call":
-                reply = _call(session, obj, req)
-            else:
-                reply = {"v": session.encode(answer(req.get("op"), obj, req, session.decode))}
-        except BaseException as e:  # noqa: BLE001 - SystemExit and all: it is an answer too
-            reply = _raised(session, e)
-        try:
-            out = session.message(reply)
-        except BaseException as e:  # noqa: BLE001 - the value cannot cross: say so
-            out = session.message({"raise": {"cls": {"x": "TypeError"}, "args": None, "unencodable": True,
-                                             "str": f"the value cannot be sent to the grader: {e}"[:500]}})
-        os.write(wfd, out)
+class Peer:
+    """This end of the channel: answers the judge's requests, and calls its callbacks."""
+
+    def __init__(self, rfile, wfd):
+        self.rfile, self.wfd = rfile, wfd
+        self.handles = Handles(self)
+        self.session = codec.Session("s", self.handles.tag, self.handles.get)
+
+    def send(self, fields: dict) -> None:
+        os.write(self.wfd, self.session.message(fields))
+
+    def loop(self, waiting: bool = False) -> dict:
+        """Answer requests until the judge closes the channel, or (`waiting`) until the result
+        of the callback this process is calling arrives."""
+        while line := self.rfile.readline(codec.MAX_MESSAGE_BYTES + 1):
+            try:
+                req = self.session.read(line)
+                if req.get("op") == "ret":
+                    if waiting:
+                        return req
+                    continue
+                obj = self.handles.get(req) if "h" in req else None
+                if req.get("op") == "call":
+                    reply = _call(self.session, obj, req)
+                else:
+                    reply = {"v": self.session.encode(answer(req.get("op"), obj, req, self.session.decode))}
+            except BaseException as e:  # noqa: BLE001 - SystemExit and all: it is an answer too
+                reply = _raised(self.session, e)
+            try:
+                out = self.session.message(reply)
+            except BaseException as e:  # noqa: BLE001 - the value cannot cross: say so
+                out = self.session.message({"raise": {"cls": {"x": "TypeError"}, "args": None, "unencodable": True,
+                                                      "str": f"the value cannot be sent to the grader: {e}"[:500]}})
+            os.write(self.wfd, out)
+        if waiting:
+            raise EOFError("the grader closed the channel during a callback")
+        return {}
 
 
 def main() -> None:
@@ -192,7 +243,7 @@ def main() -> None:
     os.close(null)
     os.dup2(2, 1)
     sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else "/workspace")  # the repository
-    serve(os.fdopen(rfd, "rb"), wfd)
+    Peer(os.fdopen(rfd, "rb"), wfd).loop()
 
 
 if __name__ == "__main__":
