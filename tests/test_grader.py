@@ -686,3 +686,21 @@ def test_callbacks_nested_without_end_fail_the_test_not_the_judge(backend):
     res = grade(task, task.files, backend)
     assert res.tests == {"test_n.py::test_ping_pong": False} and not res.error, res.details
     assert "callbacks nested deeper than 32" in res.details, res.details
+
+
+def test_a_tests_threads_take_turns_on_the_channel(backend):
+    """Threads of a test calling the submission at once, one of them through a callback while
+    the package holds its own lock: exchanges take turns (a request from another thread never
+    re-enters the submission while it waits on a callback), so nothing deadlocks."""
+    code = ("import threading\n\nLOCK = threading.Lock()\n\n\ndef locked(f):\n    with LOCK:\n        return f()\n\n\n"
+            "def value():\n    with LOCK:\n        return 1\n")
+    tests = ("import threading\nimport time\n\nfrom lk import locked, value\n\n\ndef test_threads():\n    out = []\n\n"
+             "    def slow():\n        time.sleep(0.05)\n        return 2\n\n"
+             "    def worker(i):\n        out.append(locked(slow) if i % 2 else value())\n\n"
+             "    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]\n"
+             "    for t in threads:\n        t.start()\n    for t in threads:\n        t.join()\n"
+             "    assert sorted(out) == [1, 1, 1, 1, 2, 2, 2, 2]\n")
+    task = Task(task_id="unit/threads", suite="BugFix", prompt="-", files={"lk.py": code},
+                hidden_tests={"test_t.py": tests}, graded_tests=("test_t.py::test_threads",))
+    res = grade(task, task.files, backend, GradeConfig(limits=Limits(wall_s=20.0)))
+    assert res.tests == {"test_t.py::test_threads": True}, res.details

@@ -21,6 +21,7 @@ would send the expected value to the submission and let it decide. Those uses ar
 notes on the test, so the task builder can count the tests that need them.
 """
 import builtins
+import contextlib
 import functools
 import importlib.abc
 import importlib.util
@@ -30,6 +31,7 @@ import operator
 import os
 import select
 import sys
+import threading
 import time
 import types
 import typing
@@ -255,6 +257,21 @@ class Link:
         self.callback_ids: dict[int, int] = {}
         self.raised: dict[int, BaseException] = {}  # token -> what a callback raised, this test only
         self.tokens, self.depth, self.fatal = 0, 0, None
+        # One exchange at a time: a test's threads would interleave lines, and a request from
+        # another thread arriving while the submission waits on a callback would re-enter it
+        # (a lock it holds, deadlocked). Reentrant: a callback's own requests nest.
+        self.lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def _held(self):
+        if self.channel is None:
+            raise RemoteBroken("this task's grading started no sandbox, but a test used the submission")
+        if not self.lock.acquire(timeout=max(self.channel.deadline - time.monotonic(), 0)):
+            self.channel.fail("the submission did not answer within the grading time limit")
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     def _to_handle(self, obj):
         if isinstance(obj, Remote):
@@ -312,8 +329,6 @@ class Link:
         return base if ok or base is SystemExit else Exception
 
     def _exchange(self, fields: dict):
-        if self.channel is None:
-            raise RemoteBroken("this task's grading started no sandbox, but a test used the submission")
         try:
             line = self.session.message(fields)
         except codec.Unencodable as e:  # the message as a whole is over the size cap
@@ -371,23 +386,25 @@ class Link:
             raise NotGradable(f"an argument of the test cannot be sent to the submission: {e}") from None
 
     def ask(self, op: str, target, **fields):
-        encoded = {k: (v if k == "name" else self._encode(v)) for k, v in fields.items()}
-        if target is not None:
-            encoded["h"] = target._cj_h
-        return self._exchange({"op": op, **encoded})[1]
+        with self._held():
+            encoded = {k: (v if k == "name" else self._encode(v)) for k, v in fields.items()}
+            if target is not None:
+                encoded["h"] = target._cj_h
+            return self._exchange({"op": op, **encoded})[1]
 
     def call(self, target, args, kwargs):
-        fields = {"op": "call", "h": target._cj_h,
-                  "a": [self._encode(a) for a in args], "kw": self._encode(dict(kwargs))}
-        reply, value = self._exchange(fields)
-        for key, new in (reply.get("wb") or {}).items():  # in-place changes to mutable arguments
-            old = args[int(key)] if key.isdigit() and int(key) < len(args) else kwargs.get(key)
-            if id(old) in STATE["module_data"]:
-                # Data of a test module (`SQUARE = [...]`) is the input of other tests too:
-                # the submission may change its copy, never the test's.
-                note("a call changed a test module's data in place; the change stays in the submission")
-                continue
-            _update(old, self.session.decode(new))
+        with self._held():
+            fields = {"op": "call", "h": target._cj_h,
+                      "a": [self._encode(a) for a in args], "kw": self._encode(dict(kwargs))}
+            reply, value = self._exchange(fields)
+            for key, new in (reply.get("wb") or {}).items():  # in-place changes to mutable arguments
+                old = args[int(key)] if key.isdigit() and int(key) < len(args) else kwargs.get(key)
+                if id(old) in STATE["module_data"]:
+                    # Data of a test module (`SQUARE = [...]`) is the input of other tests too:
+                    # the submission may change its copy, never the test's.
+                    note("a call changed a test module's data in place; the change stays in the submission")
+                    continue
+                _update(old, self.session.decode(new))
         return value
 
     def _exception(self, payload):
