@@ -341,3 +341,14 @@ def test_pins_keep_tests_where_the_agent_cannot_change_them():
         assert len(p.sha256) == 64 and p.split in ("train", "validation")
     assert len(pins.PACKAGES) >= 10
     assert {p.split for p in pins.PACKAGES} == {"train", "validation"}
+
+
+def test_a_judge_run_whose_channel_broke_is_judged_again(monkeypatch):
+    """A broken channel fails every later test; validation must not count those as not
+    gradable: it judges again and keeps the try with the most passes."""
+    from composer_jax.grading.task import GradeResult
+    tries = iter([GradeResult(0.0, 1, 3, {}, f"x\n{realrepos_build.BROKEN}: the submission's process has exited"),
+                  GradeResult(1.0, 3, 3, {}, "fine")])
+    monkeypatch.setattr(realrepos_build.grader, "grade", lambda *a, **k: next(tries))
+    repo = sources.SourceRepo(pins.PACKAGES[0], {}, ())
+    assert realrepos_build._judged(None, repo, None).passed == 3

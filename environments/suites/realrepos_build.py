@@ -35,6 +35,8 @@ RUN_TIMEOUT_S = (3.0, 10.0)  # ... within these bounds: a hanging mutant is drop
 SUITE_LIMITS = Limits(wall_s=600.0, cpu_s=600, memory_bytes=4 << 30, max_procs=64,
                       max_file_bytes=64 << 20, max_output_bytes=32 << 20)
 GENERATOR_MODULES = (mutations, sources, pytest_runner, check_runner)
+JUDGE_TRIES = 3  # judge runs of a pristine suite whose channel broke
+BROKEN = "the submission's process stopped answering"  # grader._result's line for a broken channel
 
 
 def test_modules(repo: sources.SourceRepo) -> list[str]:
@@ -72,11 +74,28 @@ def _judge_outcomes(repo: sources.SourceRepo, nodes: list[str], backend) -> tupl
     while True:
         kept = tuple(n for n in nodes if n.split("::", 1)[0] not in uncollectable)
         task = grading_task(repo, "validate", repo.files, kept)
-        result = grader.grade(task, repo.files, backend, grader.GradeConfig(limits=SUITE_LIMITS))
+        result = _judged(task, repo, backend)
         bad = sorted({f for f in grader.graded_files(task) if f"could not be collected: {f}" in result.error})
         if not bad or not kept:
             return dict(result.tests), uncollectable, result.error
         uncollectable += bad
+
+
+def _judged(task: Task, repo: sources.SourceRepo, backend, tries: int = JUDGE_TRIES):
+    """The pristine suite under the judge. A run whose channel to the package broke (every
+    test after the break fails) is run again, and the try with the most passes is kept: one
+    build counted 160 of boltons' tests green where its other runs count 325."""
+    best = None
+    for _ in range(tries):
+        result = grader.grade(task, repo.files, backend, grader.GradeConfig(limits=SUITE_LIMITS))
+        if best is None or result.passed > best.passed:
+            best = result
+        broke = [line for line in result.details.splitlines() if BROKEN in line]
+        if not broke:
+            break
+        print(f"RealRepos: {repo.package.label}: the judge's channel broke on the pristine code ({broke[0]}); "
+              "judging again", file=sys.stderr)
+    return best
 
 
 def validate(repo: sources.SourceRepo, backend, workers: int | None) -> dict:
