@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import collections
-import time
+import threading
 
 import numpy as np
 
@@ -11,16 +11,20 @@ from composer_jax.rl.engine_host import Generated, RolloutEngine
 
 class ScriptedEngine:
     """The real engine, but `generate` emits scripted ids (scored by the model: real log-probs
-    and expert choices) so a random model can "call a tool"."""
+    and expert choices) so a random model can "call a tool". With a `gate`, every call after the
+    first waits until the gate is set (a job that cannot finish before the test lets it)."""
 
-    def __init__(self, engine: RolloutEngine, scripts, delay: float = 0.0):
-        self._engine, self._scripts, self._left, self._delay = engine, collections.deque(scripts), {}, delay
+    def __init__(self, engine: RolloutEngine, scripts, gate: threading.Event | None = None):
+        self._engine, self._scripts, self._left, self._gate = engine, collections.deque(scripts), {}, gate
+        self._calls = 0
 
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
     def generate(self, slots, budgets, stops):
-        time.sleep(self._delay)
+        self._calls += 1
+        if self._gate is not None and self._calls > 1 and not self._gate.wait(120):
+            raise TimeoutError("the test never opened the gate")
         out = []
         for slot, budget, stop in zip(slots, budgets, stops):
             if slot not in self._left:

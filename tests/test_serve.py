@@ -7,6 +7,8 @@ trip uses a policy whose tokens are scripted but scored by the real model.
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import threading
 import time
 
 import httpx2 as httpx
@@ -167,22 +169,28 @@ def test_summarisation_at_the_endpoint_runs_a_conversation_over_several_windows(
 
 def test_cancelled_stream_frees_its_slot_and_records_nothing(run, engine2):
     no_stop = run.tokenizer.encode("a" * 200)
-    server = Server(ScriptedEngine(engine2, [no_stop], delay=0.1), run.tokenizer, model_name=MODEL, chunk=8)
+    gate, cancelled = threading.Event(), threading.Event()
+    server = Server(ScriptedEngine(engine2, [no_stop], gate=gate), run.tokenizer, model_name=MODEL, chunk=8)
+    cancel = server.scheduler.cancel
+    server.scheduler.cancel = lambda job: (cancel(job), cancelled.set())
     bg = Background(server)
     try:
         with httpx.Client(timeout=60) as h, h.stream("POST", bg.url + "/chat/completions", json={
                 "model": MODEL, "stream": True, "max_tokens": 200,
                 "messages": [{"role": "user", "content": "a long answer please"}]}) as r:
-            lines = r.iter_lines()
-            assert next(lines).startswith("data: ")  # the role chunk
-            next(lines)  # a content chunk: the job is running
+            events = (json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: "))
+            assert next(events)["choices"][0]["delta"]["role"] == "assistant"
+            assert next(events)["choices"][0]["delta"]["content"]  # the job runs (held at the gate)
+        assert cancelled.wait(60), "the server never noticed the client leave"
+        gate.set()
         deadline = time.monotonic() + 60
-        while server.scheduler.busy()["active"] and time.monotonic() < deadline:
+        while server.scheduler.busy()["active"] + server.scheduler.busy()["pending"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.scheduler.busy()["active"] == 0 and server.scheduler.stats["cancelled"] == 1
         assert server.scheduler.stats["completions"] == 0 and server.recorder.ids() == []
         assert server.scheduler.busy()["free"] == server.engine.slots
     finally:
+        gate.set()
         bg.close()
         server.close()
 

@@ -153,11 +153,13 @@ class Scheduler:
 
     def _reap(self) -> None:
         with self._cv:
-            self._pending = collections.deque(j for j in self._pending if not j.cancelled.is_set())
+            kept = collections.deque(j for j in self._pending if not j.cancelled.is_set())
+            self.stats["cancelled"] += len(self._pending) - len(kept)
+            self._pending = kept
         for slot, job in list(self._active.items()):
             if job.cancelled.is_set():
+                self.stats["cancelled"] += 1  # before the release: whoever sees the slot free sees the count
                 self._release(slot)
-                self.stats["cancelled"] += 1
 
     def _take_slot(self, job: Job) -> tuple[int, bool] | None:
         with self._cv:
