@@ -13,6 +13,9 @@ samples depend only on (episode key, tokens sampled so far), never on which othe
                                           -> state, logp_pt, experts_ptlk
     decode(model, state, active_s, budget_s, stops_sk, temperature, top_p, valid_vocab, max_new)
                                           -> state, Decoded
+    decode_rows(model, state, slots_p, budget_p, stops_pk, ...)
+                                          -> state, Decoded (P rows)   decode only the slots
+                                                      listed: a step costs P rows, not all slots
 
 `slots_p` lists the slots an op touches; an index equal to the slot count is padding (its
 writes are dropped), so callers pad P up to a few bucket sizes and shapes stay fixed. Prefill
@@ -192,4 +195,17 @@ def decode(model, state: EngineState, active_s, budget_s, stops_sk, temperature,
         return i + 1, state, out
 
     _, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
+    return state, out
+
+
+def decode_rows(model, state: EngineState, slots_p, budget_p, stops_pk, temperature, top_p,
+                valid_vocab, max_new: int):
+    """`decode` on the P slots listed (padding rows = the slot count: they decode nothing and
+    their writes are dropped): gather those rows, decode them, scatter them back. With few slots
+    running (serving at low load, an RL batch's stragglers) a step then costs P rows, not all."""
+    rows_p = jnp.minimum(slots_p, state.slots - 1)
+    sub = jax.tree.map(lambda a: a[rows_p], state)
+    sub, out = decode(model, sub, slots_p < state.slots, budget_p, stops_pk, temperature, top_p,
+                      valid_vocab, max_new)
+    state = jax.tree.map(lambda full, part: full.at[slots_p].set(part, mode="drop"), state, sub)
     return state, out

@@ -2,8 +2,9 @@
 
 Shapes stay fixed so nothing recompiles mid-rollout: a prefill pads its chunk length up to one
 of `rollout.prefill_buckets` (longer inputs go in several chunks) and its slot count up to one
-of a few slot buckets (powers of 4 times the batch shard count, and all slots); decode always
-runs over every slot with a static output length of `rollout.max_new_tokens`.
+of a few slot buckets (powers of 4 times the batch shard count, and all slots); decode runs
+over the running slots padded to a slot bucket (all slots: the state as it is; fewer: their rows
+gathered and scattered back), with a static output length of `rollout.max_new_tokens`.
 
 On a mesh the engine keeps the policy in an inference layout (`inference_mesh`,
 `inference_shardings`): the train mesh's devices with the FSDP axis folded into `data`, so the
@@ -166,7 +167,7 @@ class RolloutEngine:
         # The jits take the weights as a flat list in this order (set_params matches by path,
         # so a state whose variables carry other metadata still fits).
         self._param_paths, self._param_tree = _paths(params), jax.tree.structure(params)
-        pins: dict[str, dict] = dict(prefill={}, decode={}, clear={}, seed={}, mark={}, rewind={})
+        pins: dict[str, dict] = dict(prefill={}, decode={}, decode_rows={}, clear={}, seed={}, mark={}, rewind={})
         self._param_shardings = None
         if mesh is not None:
             self._param_shardings = jax.tree.leaves(inference_shardings(params, train_mesh, fold))
@@ -184,6 +185,7 @@ class RolloutEngine:
                                      experts_snlk=rows(None, None, None), n_s=rows(), stopped_s=rows())
             pins = dict(prefill=pin((w, st, rep, rep, rep, rep), (st, rows(None), rows(None, None, None))),
                         decode=pin((w, st, rows(), rows(), rows(None), rep, rep, rep), (st, decoded)),
+                        decode_rows=pin((w, st, rep, rep, rep, rep, rep, rep), (st, decoded)),
                         clear=pin((st, rep), st), seed=pin((st, rep, rep), st),
                         mark=pin((st, rep), st), rewind=pin((st, rep), st))
         self.state, self._sampling = state, sampling
@@ -200,6 +202,8 @@ class RolloutEngine:
         decode = functools.partial(with_model(engine.decode), max_new=rollout.max_new_tokens)
         self._prefill = jax.jit(with_model(engine.prefill), donate_argnums=1, **pins["prefill"])
         self._decode = jax.jit(decode, donate_argnums=1, **pins["decode"])
+        self._decode_rows = jax.jit(functools.partial(with_model(engine.decode_rows), max_new=rollout.max_new_tokens),
+                                    donate_argnums=1, **pins["decode_rows"])
         self._clear = jax.jit(engine.clear, donate_argnums=0, **pins["clear"])
         self._seed = jax.jit(engine.seed, donate_argnums=0, **pins["seed"])
         self._mark = jax.jit(engine.mark, donate_argnums=0, **pins["mark"])
@@ -251,12 +255,16 @@ class RolloutEngine:
         """The policy as the engine holds it (in the inference layout on a mesh)."""
         return jax.tree.unflatten(self._param_tree, self._params)
 
-    def compile_decode(self):
-        """The compiled decode program (its per-token collectives: `tools.hlo.loop_collectives`)."""
-        args = (self._params, self.state, np.zeros(self.slots, bool), np.zeros(self.slots, np.int32),
-                np.full((self.slots, MAX_STOPS), -1, np.int32), *self._sampling)
+    def compile_decode(self, rows: int | None = None):
+        """The compiled decode program over all slots, or over a bucket of `rows` slots (its
+        per-token collectives: `tools.hlo.loop_collectives`; its cost: `cost_analysis()`)."""
+        rows = self.slots if rows is None else bucket(rows, self.slot_buckets)
+        ends = (np.zeros(rows, np.int32), np.full((rows, MAX_STOPS), -1, np.int32), *self._sampling)
         with self._mesh_context():
-            return self._decode.lower(*args).compile()
+            if rows == self.slots:
+                return self._decode.lower(self._params, self.state, np.zeros(rows, bool), *ends).compile()
+            return self._decode_rows.lower(self._params, self.state, np.full(rows, self.slots, np.int32),
+                                           *ends).compile()
 
     def _keys_array(self, slots_p: np.ndarray, keys: Sequence[jax.Array]) -> jax.Array:
         """Key data per padded slot row (padding rows get zeros; their writes are dropped)."""
@@ -334,29 +342,39 @@ class RolloutEngine:
 
     def generate(self, slots: Sequence[int], budgets: Sequence[int],
                  stops: Sequence[Sequence[int]]) -> list[Generated]:
-        """Decode `slots` together until each hits one of its stop ids or its budget."""
+        """Decode `slots` together until each hits one of its stop ids or its budget. Each step
+        costs the slot bucket that holds `slots`, not every slot."""
         max_new = self.rollout.max_new_tokens
-        active_s = np.zeros(self.slots, bool)
-        budget_s = np.zeros(self.slots, np.int32)
-        stops_sk = np.full((self.slots, MAX_STOPS), -1, np.int32)
+        slots_p = self._slot_array(slots)
+        full = len(slots_p) == self.slots  # the whole state as it is: no gather, no scatter
+        rows = self.slots if full else len(slots_p)
+        row_of = {slot: slot if full else i for i, slot in enumerate(slots)}
+        active_r = np.zeros(rows, bool)
+        budget_r = np.zeros(rows, np.int32)
+        stops_rk = np.full((rows, MAX_STOPS), -1, np.int32)
         for slot, budget, stop in zip(slots, budgets, stops):
             if budget > max_new:
                 raise ValueError(f"slot {slot}: budget {budget} exceeds rollout.max_new_tokens={max_new}")
             if len(stop) > MAX_STOPS:
                 raise ValueError(f"slot {slot}: {len(stop)} stop ids; at most {MAX_STOPS}")
-            active_s[slot], budget_s[slot] = True, min(budget, self.window - self._lengths[slot])
-            stops_sk[slot, :len(stop)] = stop
+            r = row_of[slot]
+            active_r[r], budget_r[r] = True, min(budget, self.window - self._lengths[slot])
+            stops_rk[r, :len(stop)] = stop
         with self._mesh_context():
-            self.state, out = self._decode(self._params, self.state, active_s, budget_s, stops_sk,
-                                           *self._sampling)
+            if full:
+                self.state, out = self._decode(self._params, self.state, active_r, budget_r, stops_rk,
+                                               *self._sampling)
+            else:
+                self.state, out = self._decode_rows(self._params, self.state, slots_p, budget_r, stops_rk,
+                                                    *self._sampling)
         out = jax.tree.map(np.asarray, out)
         results = []
         for slot in slots:
-            n = int(out.n_s[slot])
+            r, n = row_of[slot], int(out.n_s[row_of[slot]])
             self._lengths[slot] += n
-            results.append(Generated(out.tokens_sn[slot, :n], out.logp_sn[slot, :n],
-                                     out.logp_sampler_sn[slot, :n], out.experts_snlk[slot, :n],
-                                     bool(out.stopped_s[slot])))
+            results.append(Generated(out.tokens_sn[r, :n], out.logp_sn[r, :n],
+                                     out.logp_sampler_sn[r, :n], out.experts_snlk[r, :n],
+                                     bool(out.stopped_s[r])))
         return results
 
 
