@@ -21,6 +21,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"configs/kimi_k2_5.py: takes no variant, got {arg!r}")
     c = tiny.get_config()
     c.name = "kimi_k2_5"
+    c.rollout.decode_buckets = True  # a step costs more than a compile: decode only running slots
     c.model.update(
         vocab_size=163_840,
         d_model=7168,

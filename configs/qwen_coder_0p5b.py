@@ -26,6 +26,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '', 'bugfix' or 'realrepos'")
     c = tiny.get_config("dense")
     c.name = "qwen_coder_0p5b"
+    c.rollout.decode_buckets = True  # a step costs more than a compile: decode only running slots
     imported = str(DEFAULT_CACHE / NAME)  # written by composer_jax.checkpoints.qwen_setup
     c.model = ml_collections.ConfigDict(dict(
         vocab_size=151_936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, head_dim=64,

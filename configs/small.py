@@ -21,6 +21,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"configs/small.py: unknown variant {variant!r}; use '' or 'dense'")
     c = tiny.get_config("pipeline")
     c.name = f"small{('_' + variant) if variant else ''}"
+    c.rollout.decode_buckets = True  # a step costs more than a compile: decode only running slots
     c.model.update(
         vocab_size=32_768, d_model=1024, n_layers=16, n_heads=16, n_kv_heads=4, head_dim=64,
         d_ff=2816, max_seq_len=8192, dtype="bfloat16", n_experts=32, top_k=4, d_ff_expert=512,

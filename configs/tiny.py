@@ -111,6 +111,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             prefill_buckets=(64, 256, 1024),  # padded prefill chunk lengths: one compile each
             reset_keeps_prompt=True,  # a reset keeps the prompt's KV and prefills only the summary
             compaction="policy",  # who writes the context after a reset: policy | harness (baseline)
+            # Decode every slot each step: a tiny step costs milliseconds, a compile per slot
+            # bucket seconds. The configs of real models set True (only running slots decode).
+            decode_buckets=False,
         )
     )
 

@@ -346,7 +346,7 @@ class RolloutEngine:
         costs the slot bucket that holds `slots`, not every slot."""
         max_new = self.rollout.max_new_tokens
         slots_p = self._slot_array(slots)
-        full = len(slots_p) == self.slots  # the whole state as it is: no gather, no scatter
+        full = len(slots_p) == self.slots or not self.rollout.decode_buckets  # the state as it is
         rows = self.slots if full else len(slots_p)
         row_of = {slot: slot if full else i for i, slot in enumerate(slots)}
         active_r = np.zeros(rows, bool)

@@ -27,6 +27,9 @@ class RolloutConfig:
     # episode) or "harness" (the baseline: lines of the context that look like facts,
     # summarize.harness_summary; no policy tokens).
     compaction: str = "policy"
+    # Decode only the running slots, padded to a slot bucket (one more compile per bucket);
+    # False decodes every slot each step (worth it only when a step is cheaper than a compile).
+    decode_buckets: bool = True
     seed: int = 0  # sampling keys; set per call by the learner and evaluate (composer_jax/seeds.py)
 
     @classmethod
