@@ -58,7 +58,8 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1, trained=False, masked=False, harness=False),
+    v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1, trained=False, masked=False, harness=False,
+                                     greedy=False, long_tasks=4, no_harness=False),
                       "configs/rl_horizon.py")
     if not 0 <= v["drop_key"] <= 1:
         raise ValueError(f"configs/rl_horizon.py: drop_key={v['drop_key']} must be in [0, 1]")
@@ -83,6 +84,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                        min_lr_ratio=0.1)
     c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, slots=24,
                      prefill_buckets=(64, 256), temperature=1.0)
+    if v["greedy"]:
+        c.eval_rollout.temperature = 0.0
+    if v["long_tasks"] < 1:
+        raise ValueError(f"configs/rl_horizon.py: long_tasks={v['long_tasks']} must be >= 1")
     c = tier(c, v["hops"])
     harness = dict(compaction="harness")
     c.experiment = ml_collections.ConfigDict(dict(
@@ -93,10 +98,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                       harness=dict(checkpoint="harness", rollout=harness),
                       none=dict(checkpoint="trained", rollout=dict(max_segments=1, summarize_at=1.0)),
                       sft=dict(checkpoint="sft")),
-        evaluations={f"{m}x": horizon_set(c, m, tasks=2 if quick else 4 if m >= 30 else 16)
+        evaluations={f"{m}x": horizon_set(c, m, tasks=2 if quick else v["long_tasks"] if m >= 30 else 16)
                      for m in ((1, 3) if quick else HORIZONS)},
         pairs=tuple(f"trained:{p}" for p in ("masked", "harness", "none", "sft")),
         only=only[0] if only else ""))
+    if v["no_harness"]:
+        if v["harness"]:
+            raise ValueError("configs/rl_horizon.py: harness and no_harness together")
+        e = c.experiment
+        del e.arms["harness"], e.policies["harness"], e.sft["sft_harness"]
+        e.pairs = tuple(p for p in e.pairs if p != "trained:harness")
     return c
 
 

@@ -19,6 +19,7 @@ from composer_jax.experiments.run import check_engine_fields, first_difference, 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RECIPES = ["configs/rl_longhorizon.py", "configs/rl_longhorizon.py:masked,hops=2", "configs/rl_bugfix.py:drills,methods",
            "configs/rl_bugfix.py:quick,greedy", "configs/rl_horizon.py", "configs/rl_horizon.py:quick,harness",
+           "configs/rl_horizon.py:greedy,no_harness,long_tasks=8",
            "configs/qwen_coder_0p5b.py:bugfix"]
 
 
@@ -49,6 +50,11 @@ def test_recipe_variants_carry_the_settings_behind_the_results():
         load_config("configs/rl_bugfix.py:methods")
     with pytest.raises(ValueError, match="name one arm"):
         load_config("configs/rl_longhorizon.py:trained,masked")
+    hz = load_config("configs/rl_horizon.py:greedy,no_harness,long_tasks=8")
+    assert hz.eval_rollout.temperature == 0.0 and "harness" not in hz.experiment.policies
+    assert [hz.experiment.evaluations[f"{m}x"].tasks for m in (3, 30, 100)] == [16, 8, 8]
+    with pytest.raises(ValueError, match="harness and no_harness"):
+        load_config("configs/rl_horizon.py:harness,no_harness")
 
 
 def _exp(**changes):

@@ -195,6 +195,43 @@ def test_cancelled_stream_frees_its_slot_and_records_nothing(run, engine2):
         server.close()
 
 
+def test_a_stream_cancelled_while_waiting_for_a_slot_is_counted_and_never_runs(run, engine2):
+    slots, answer = engine2.slots, run.tokenizer.encode("a" * 40)
+    scripts = [answer] * (slots + 1)
+    gate, cancelled = threading.Event(), threading.Event()
+    server = Server(ScriptedEngine(engine2, scripts, gate=gate), run.tokenizer, model_name=MODEL, chunk=8)
+    cancel = server.scheduler.cancel
+    server.scheduler.cancel = lambda job: (cancel(job), cancelled.set())
+    bg = Background(server)
+    client = openai.OpenAI(base_url=bg.url, api_key="unused", max_retries=0, timeout=120)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(slots) as pool:
+            running = [pool.submit(ask, client, [{"role": "user", "content": f"job {i}"}], max_tokens=40)
+                       for i in range(slots)]
+            deadline = time.monotonic() + 60
+            while server.scheduler.busy()["active"] < slots and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert server.scheduler.busy()["active"] == slots  # every slot held at the gate
+            with httpx.Client(timeout=60) as h, h.stream("POST", bg.url + "/chat/completions", json={
+                    "model": MODEL, "stream": True, "max_tokens": 40,
+                    "messages": [{"role": "user", "content": "no slot for me"}]}) as r:
+                next(line for line in r.iter_lines() if line.startswith("data: "))
+                assert server.scheduler.busy()["pending"] == 1
+            assert cancelled.wait(60), "the server never noticed the waiting client leave"
+            gate.set()
+            assert all(len(f.result().choices[0].message.content) > 0 for f in running)
+        deadline = time.monotonic() + 60
+        while server.scheduler.busy()["pending"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.scheduler.stats["cancelled"] == 1 and server.scheduler.stats["completions"] == slots
+        assert len(server.engine._scripts) == 1, "the cancelled request was admitted and generated"
+        assert len(server.recorder.ids()) == slots
+    finally:
+        gate.set()
+        bg.close()
+        server.close()
+
+
 def test_tool_call_round_trip(run, engine2):
     tok = run.tokenizer
     call = tok.encode_with_specials("let me look" + format_tool_call("read_file", path="a.py"))
