@@ -42,6 +42,10 @@ from configs.rl_longhorizon import get_config as longhorizon
 # (1.4 windows with the summaries, which start at half the window).
 HORIZONS = {1: (2, 0), 3: (3, 8), 10: (14, 8), 30: (48, 8), 100: (162, 8)}
 CURRICULUM = ({"hops": 2}, {"hops": 4}, {"hops": 8})  # RL's length curriculum, shortest first
+# `:mix`: SFT's demonstrations and every RL tier mix chain lengths, so no length is the one
+# after which the policy stops (run 2's policies stop after about as many notes as they trained on)
+MIX_SFT = (2, 4, 8, 16)
+MIX_CURRICULUM = ({"hops_mix": (2, 4, 8)}, {"hops_mix": (4, 8, 16)})
 
 
 def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> ml_collections.ConfigDict:
@@ -51,7 +55,8 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
     c.rl.suite_options.hops = hops
     if filler is not None:
         c.rl.suite_options.filler_lines = filler
-    longest = max([hops, *(t.get("hops", 0) for t in c.rl.curriculum)])
+    longest = max([hops, *c.rl.suite_options.get("hops_mix", ()),
+                   *(h for t in c.rl.curriculum for h in (t.get("hops", 0), *t.get("hops_mix", ())))])
     c.rl.env_max_turns = c.rollout.max_turns = longest + 4
     c.rollout.max_segments = longest + 4
     return c
@@ -59,7 +64,7 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1, trained=False, masked=False, harness=False,
-                                     greedy=False, long_tasks=4, no_harness=False),
+                                     greedy=False, long_tasks=4, no_harness=False, mix=False),
                       "configs/rl_horizon.py")
     if not 0 <= v["drop_key"] <= 1:
         raise ValueError(f"configs/rl_horizon.py: drop_key={v['drop_key']} must be in [0, 1]")
@@ -84,6 +89,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                        min_lr_ratio=0.1)
     c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, slots=24,
                      prefill_buckets=(64, 256), temperature=1.0)
+    if v["mix"]:
+        if quick:
+            raise ValueError("configs/rl_horizon.py: quick and mix together")
+        c.rl.suite_options.hops_mix = MIX_SFT
+        c.rl.curriculum = MIX_CURRICULUM
     if v["greedy"]:
         c.eval_rollout.temperature = 0.0
     if v["long_tasks"] < 1:
@@ -116,6 +126,7 @@ def horizon_set(c: ml_collections.ConfigDict, mult: int, tasks: int) -> dict:
     the tier's caps (experiment.evaluations of the config)."""
     hops, filler = HORIZONS[mult]
     caps = tier(copy.deepcopy(c), hops, filler)
-    return dict(tasks=tasks, x=mult, suite_options=dict(hops=hops, filler_lines=filler, expert_drop_key=0.0),
+    return dict(tasks=tasks, x=mult, suite_options=dict(hops=hops, hops_mix=(), filler_lines=filler,
+                                                              expert_drop_key=0.0),
                 rl=dict(env_max_turns=caps.rl.env_max_turns),
                 rollout=dict(max_turns=caps.rollout.max_turns, max_segments=caps.rollout.max_segments))

@@ -19,7 +19,7 @@ from composer_jax.experiments.run import check_engine_fields, first_difference, 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RECIPES = ["configs/rl_longhorizon.py", "configs/rl_longhorizon.py:masked,hops=2", "configs/rl_bugfix.py:drills,methods",
            "configs/rl_bugfix.py:quick,greedy", "configs/rl_horizon.py", "configs/rl_horizon.py:quick,harness",
-           "configs/rl_horizon.py:greedy,no_harness,long_tasks=8",
+           "configs/rl_horizon.py:greedy,no_harness,long_tasks=8", "configs/rl_horizon.py:mix",
            "configs/qwen_coder_0p5b.py:bugfix"]
 
 

@@ -19,3 +19,29 @@ def test_tier_caps_follow_the_longest_chain_trained_or_evaluated():
     assert (held_out.suite_options.hops, held_out.rl.env_max_turns, held_out.rollout.max_segments) == (
         hops, hops + 4, hops + 4)
     assert [h for h, _ in HORIZONS.values()] == sorted(h for h, _ in HORIZONS.values())
+
+
+def test_a_mixed_length_suite_interleaves_the_plain_tiers_and_its_caps_cover_the_longest():
+    import pytest
+
+    from environments.suites import make_suite
+
+    mixed = make_suite("LongHorizon", hops=4, hops_mix=[2, 16], filler_lines=8, secrets="words",
+                       carry="registers", registers=2)
+    plain = {h: make_suite("LongHorizon", hops=h, filler_lines=8, secrets="words", carry="registers", registers=2)
+             for h in (2, 16)}
+    ids = mixed.sample_ids("train", 6)
+    assert ids[0::2] == plain[2].sample_ids("train", 3) and ids[1::2] == plain[16].sample_ids("train", 3)
+    assert len(set(mixed.task_ids("validation"))) == len(mixed.task_ids("validation"))
+    assert mixed.get(ids[1]).task_id == ids[1]
+    with pytest.raises(ValueError, match=r"registers=2 must be in \[1, 4\] and <= hops=1"):
+        make_suite("LongHorizon", hops=4, hops_mix=[1, 4], secrets="words", carry="registers", registers=2)
+    with pytest.raises(ValueError, match=r"hops=900 \(in hops_mix\)"):
+        make_suite("LongHorizon", hops_mix=[900])
+
+    c = load_config("configs/rl_horizon.py:mix")
+    validate(c)
+    longest = max(max(t["hops_mix"]) for t in c.rl.curriculum)
+    assert c.rollout.max_segments == c.rl.env_max_turns == max(*c.rl.suite_options.hops_mix, longest) + 4
+    for name, held_out in c.experiment.evaluations.items():  # held-out sets stay single-length
+        assert held_out.suite_options.hops_mix == (), name

@@ -101,12 +101,21 @@ class LongHorizonOptions:
     expert_drop_key: float = 0.0
     carry: str = "fragments"  # fragments | registers (see the module docstring)
     registers: int = 3  # with carry="registers": how many (1-4)
+    # Chain lengths taken in turn (task i has hops_mix[i % k], the (i // k)-th task of that
+    # length); () = every task has `hops`. A policy shown one length learns to stop after that
+    # many notes; shown several, it learns to stop at "This is the last note."
+    hops_mix: tuple[int, ...] = ()
     train_size: int = 10_000
     validation_size: int = 200
 
     def __post_init__(self):
-        if not 1 <= self.hops <= 500:
-            raise ValueError(f"hops={self.hops} must be in [1, 500]")
+        object.__setattr__(self, "hops_mix", tuple(int(h) for h in self.hops_mix))  # a config gives a list
+        for h in (self.hops, *self.hops_mix):
+            if not 1 <= h <= 500:
+                raise ValueError(f"hops={h}{' (in hops_mix)' if h != self.hops else ''} must be in [1, 500]")
+        if self.hops_mix:  # the shortest chain bounds what every task can hold
+            LongHorizonOptions(**{**dataclasses.asdict(self), "hops": min(self.hops_mix), "hops_mix": ()})
+            LongHorizonOptions(**{**dataclasses.asdict(self), "hops": max(self.hops_mix), "hops_mix": ()})
         if not 0 <= self.filler_lines <= 5000:
             raise ValueError(f"filler_lines={self.filler_lines} must be in [0, 5000]")
         if self.secrets not in SECRETS:
@@ -285,7 +294,9 @@ class LongHorizonSuite(TaskSuite):
         check_split(split)
         o = self.options
         registers = o.registers if o.carry == "registers" else 0
-        return [task_id(split, o.hops, o.filler_lines, i, o.secrets, registers) for i in range(self._size(split))]
+        mix = o.hops_mix or (o.hops,)
+        return [task_id(split, mix[i % len(mix)], o.filler_lines, i // len(mix), o.secrets, registers)
+                for i in range(self._size(split))]
 
     def sample_ids(self, split: str, n: int) -> list[str]:
         """The first n: generated tasks are independent draws, in no grouped order."""
