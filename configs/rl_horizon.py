@@ -94,6 +94,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             raise ValueError("configs/rl_horizon.py: quick and mix together")
         c.rl.suite_options.hops_mix = MIX_SFT
         c.rl.curriculum = MIX_CURRICULUM
+        c.sft.optim.steps = 800  # the mix has 1.5x the sequences; at 400 steps (loss 0.068) summaries miscopy the key
     if v["greedy"]:
         c.eval_rollout.temperature = 0.0
     if v["long_tasks"] < 1:
