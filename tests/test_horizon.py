@@ -45,3 +45,28 @@ def test_a_mixed_length_suite_interleaves_the_plain_tiers_and_its_caps_cover_the
     assert c.rollout.max_segments == c.rl.env_max_turns == max(*c.rl.suite_options.hops_mix, longest) + 4
     for name, held_out in c.experiment.evaluations.items():  # held-out sets stay single-length
         assert held_out.suite_options.hops_mix == (), name
+
+
+def test_a_sets_measured_horizon_is_played_under_that_sets_caps(monkeypatch):
+    """The 10x set's chain (14 notes) is longer than the training caps allow (12 segments): the
+    expert must be measured under the set's caps (the runner once cut every long tier to the
+    training caps and recorded 30x and 100x as ~12 windows)."""
+    import types
+
+    from composer_jax.experiments.config import ExperimentConfig
+    from composer_jax.experiments.run import eval_set_rl, expert_windows
+    from composer_jax.rl import train
+
+    c = load_config("configs/rl_horizon.py")
+    ev = ExperimentConfig.from_config(c.experiment).evaluations["10x"]
+    assert c.rollout.max_segments < ev.suite_options["hops"] + 2  # the training caps would cut it
+    seen = []
+
+    def demonstrations(cx, ids):
+        seen.append((cx.rl.suite_options.hops, cx.rl.env_max_turns, cx.rollout.max_turns, cx.rollout.max_segments))
+        return [types.SimpleNamespace(transcript_tokens=1024)]
+
+    monkeypatch.setattr(train, "demonstrations", demonstrations)
+    assert expert_windows(c, eval_set_rl(c, ev), ["some-task"], ev.rollout) == 1024 / c.rollout.window
+    assert seen == [(14, ev.rl["env_max_turns"], ev.rollout["max_turns"], ev.rollout["max_segments"])]
+    assert ev.rollout["max_segments"] >= 14 + 2

@@ -246,13 +246,14 @@ def by_kind(rl_cfg, ids: list[str], passed: list[int]) -> dict | None:
     return {k: dict(passed=sum(v), tasks=len(v), pass_rate=sum(v) / len(v)) for k, v in sorted(tally.items())}
 
 
-def expert_windows(c, rl_cfg, ids: list[str]) -> float | None:
+def expert_windows(c, rl_cfg, ids: list[str], rollout: dict) -> float | None:
     """The scripted expert's transcript length on a set's first tasks, in windows (the set's
-    real horizon); None when the suite has no expert for them."""
+    real horizon), under the set's rollout caps; None when the suite has no expert for them."""
     from composer_jax.rl.train import demonstrations
 
     cx = copy.deepcopy(c)
     cx.rl = rl_cfg
+    cx.rollout.update(rollout)  # the set's turn and segment caps: the training ones cut a long chain short
     try:
         episodes = demonstrations(cx, ids[:2])
     except Exception as e:  # noqa: BLE001 - a suite without an expert (LeetCode) has no horizon to measure
@@ -280,7 +281,7 @@ def evaluations(c, exp: ExperimentConfig, work: pathlib.Path, identities: dict[s
                                          suite_options=dict(rl_cfg.suite_options), policies={})
             windows = work / "evals" / set_name / "expert_windows.json"
             if not windows.exists():
-                records.write_atomic(windows, dict(windows=expert_windows(c, rl_cfg, ids)))
+                records.write_atomic(windows, dict(windows=expert_windows(c, rl_cfg, ids, ev.rollout)))
             point["expert_windows"] = json.loads(windows.read_text())["windows"]
             for name in exp.plays(set_name):
                 policy = exp.policies[name]
