@@ -75,4 +75,11 @@ def test_long_horizon_notebook(tmp_path):
     record = json.loads((NOTEBOOKS.parent / "benchmarks" / "results" / "horizon.json").read_text())
     assert result["arms"] == list(record["pass_rate"]) and result["horizons"] == record["horizons"]
     assert "reward=1.000" in result["transcript_header"] and result["transcript_segments"] > 1
-    assert texts[-2].count("[carried summary]") == result["transcript_segments"] - 1
+    assert texts[-4].count("[carried summary]") == result["transcript_segments"] - 1
+    # run 3: a solved held-out 100x episode (>= 50k tokens), one line per reset
+    run3 = json.loads((NOTEBOOKS.parent / "benchmarks" / "results" / "horizon_run3.json").read_text())["series"]
+    assert result["run3_sets"] == run3["sets"] and result["run3_pass_rate"] == run3["pass_rate"]
+    header = result["run3_transcript_header"]
+    assert "reward=1.000" in header and "/h162-" in header and int(header.split("transcript_tokens=")[1].split()[0]) >= 50_000
+    assert texts[-2].count("\nsegment ") == result["run3_transcript_segments"] - 2 > 100
+    assert texts[-2].count("The access key is") >= result["run3_transcript_segments"] - 1
