@@ -144,6 +144,10 @@ def test_pooling_pairs_episodes_across_seeds_and_refuses_what_is_not_one_recipe(
     assert [s["seed"] for s in trained["per_seed"]] == [0, 1] and trained["reward"] == pytest.approx(5 / 8)
     assert out["paired"]["validation"]["trained_vs_sft"] == dict(both=2, only_a=3, only_b=0, neither=3, p_value=0.25)
     assert out["series"]["pass_rate"]["trained"] == [5 / 8]
+    for rec in (a, b):  # three sets whose names sort otherwise than their x, as on disk
+        rec["evaluations"] = {name: dict(rec["evaluations"]["validation"], x=x)
+                              for name, x in (("100x", 100.0), ("10x", 10.0), ("3x", 3.0))}
+    assert pool.pool({"a.json": a, "b.json": b})["series"]["sets"] == ["3x", "10x", "100x"]
     with pytest.raises(pool.PoolError, match="seeds .* repeat"):
         pool.pool({"a.json": a, "c.json": _record(0, dict(sft=[0] * 4, trained=[0] * 4))})
     with pytest.raises(pool.PoolError, match=r"b.json ran another recipe than a.json: rl.optim.lr: 0.0003 there, 0.001 here"):
@@ -216,6 +220,8 @@ def test_the_runner_trains_arms_side_by_side_then_pairs_every_policy_on_every_se
     rec = json.loads(out.read_text())
     assert [p.stat().st_mtime_ns for p in built] == stamps  # reused, not retrained
     assert set(rec["training"]) == {"sft", "sft_harness", "trained", "masked", "harness"} and rec["seeds"] == [0]
+    # the recipe as written (so two seeds' workdirs pool), and the tokenizer it built
+    assert rec["config"]["rl"]["tokenizer"] == "" and rec["tokenizer"] == str(work / "tokenizer.json")
     s = rec["series"]
     assert s["sets"] == ["1x", "3x"] and s["tasks_per_point"] == [2, 1] and s["x"] == [1, 3]
     assert all(w > 1 for w in s["expert_windows"])  # the expert's transcripts, in windows (resets at half the window)

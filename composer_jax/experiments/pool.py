@@ -59,7 +59,8 @@ def pool(recs: dict[str, dict]) -> dict:
     from composer_jax.rl.learner import wilson
 
     evaluations = {}
-    for set_name, point in first["evaluations"].items():
+    # in order of x, then name, as the runner plays them (a record on disk has its keys sorted)
+    for set_name, point in sorted(first["evaluations"].items(), key=lambda kv: (kv[1].get("x", 0.0), kv[0])):
         policies = {}
         for name in point["policies"]:
             runs = [rec["evaluations"].get(set_name, {}).get("policies", {}).get(name) for rec in recs.values()]

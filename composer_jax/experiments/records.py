@@ -2,7 +2,8 @@
 writer the benchmarks share.
 
 An experiment's record (experiments/run.py):
-    experiment, command, seeds, config        what ran: the whole config, the command line
+    experiment, command, seeds, config        what ran: the whole config as written, the command line
+    tokenizer                                 the tokenizer it used (a path in its workdir)
     stages      {stage: seconds}              tokenizer, each SFT run and arm
     training    {sft run or arm: its result}  SFT: demos, loss; arm: steps, counts, its own
                                               evaluations, the per-step train log
@@ -101,11 +102,13 @@ def series(evaluations: dict, policies) -> dict:
     return out
 
 
-def experiment_record(c, exp, command: list[str], stages: dict, points: dict) -> dict:
+def experiment_record(c, exp, command: list[str], stages: dict, points: dict, tokenizer: str = "") -> dict:
+    """`c` is the recipe as written, so two seeds' records (two workdirs) pool; `tokenizer` is the
+    one this run used."""
     evaluations = {s: dict(point, policies={p: policy_result(ev) for p, ev in point["policies"].items()})
                    for s, point in points.items()}
     return dict(
-        experiment=str(c.name), command=" ".join(command), seeds=[int(c.seed)], config=c.to_dict(),
+        experiment=str(c.name), command=" ".join(command), seeds=[int(c.seed)], config=c.to_dict(), tokenizer=tokenizer,
         stages={name: done["seconds"] for name, done in stages.items()},
         training={name: done["result"] for name, done in stages.items() if name != "tokenizer"},
         evaluations=evaluations, paired=paired(evaluations, exp.pairs), series=series(evaluations, list(exp.policies)))

@@ -320,6 +320,7 @@ def run_experiment(c, work: pathlib.Path, out: str, command: list[str], log=prin
     exp = ExperimentConfig.from_config(c.experiment)
     check_engine_fields(exp)
     work.mkdir(parents=True, exist_ok=True)
+    given = c  # the recipe as written: the record's config (rl.tokenizer below is a path in this workdir)
     c = copy.deepcopy(c)
     tok = tokenizer_stage(c, work, log)
     c.rl.tokenizer = tok["result"]["path"]
@@ -339,7 +340,7 @@ def run_experiment(c, work: pathlib.Path, out: str, command: list[str], log=prin
     identities = {name: d["identity"] for name, d in done.items()}
 
     def save(points):
-        rec = records.experiment_record(c, exp, command, done, points)
+        rec = records.experiment_record(given, exp, command, done, points, tokenizer=c.rl.tokenizer)
         records.write_result(out, rec, quiet=True)
         records.write_extras(out, rec, points, exp)
         return rec
