@@ -38,6 +38,9 @@ def test_a_mixed_length_suite_interleaves_the_plain_tiers_and_its_caps_cover_the
         make_suite("LongHorizon", hops=4, hops_mix=[1, 4], secrets="words", carry="registers", registers=2)
     with pytest.raises(ValueError, match=r"hops=900 \(in hops_mix\)"):
         make_suite("LongHorizon", hops_mix=[900])
+    for bad in (8, ["8"], [2.5]):
+        with pytest.raises(ValueError, match="hops_mix=.* must be a list of chain lengths"):
+            make_suite("LongHorizon", hops_mix=bad)
 
     c = load_config("configs/rl_horizon.py:mix")
     validate(c)

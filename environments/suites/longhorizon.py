@@ -109,7 +109,10 @@ class LongHorizonOptions:
     validation_size: int = 200
 
     def __post_init__(self):
-        object.__setattr__(self, "hops_mix", tuple(int(h) for h in self.hops_mix))  # a config gives a list
+        if not isinstance(self.hops_mix, (list, tuple)) or not all(
+                isinstance(h, int) and not isinstance(h, bool) for h in self.hops_mix):
+            raise ValueError(f"hops_mix={self.hops_mix!r} must be a list of chain lengths (ints), e.g. [2, 4, 8]")
+        object.__setattr__(self, "hops_mix", tuple(self.hops_mix))  # a config gives a list
         for h in (self.hops, *self.hops_mix):
             if not 1 <= h <= 500:
                 raise ValueError(f"hops={h}{' (in hops_mix)' if h != self.hops else ''} must be in [1, 500]")
