@@ -19,6 +19,8 @@ import json
 import pathlib
 import time
 
+import tqdm
+
 from benchmarks.humaneval_bench import SYSTEM_PROMPT, read_log
 from composer_jax.config_loading import load_config, split_overrides
 from environments.suites.implement import ImplementSuite, grade_single_turn, single_turn_prompt
@@ -65,7 +67,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     try:
         with concurrent.futures.ThreadPoolExecutor(args.streams) as pool:
-            rows = list(pool.map(solve, tasks))
+            rows = list(tqdm.tqdm(pool.map(solve, tasks), total=len(tasks), desc="HumanEval", unit="problem"))
     finally:
         http.close()
         server.close()
