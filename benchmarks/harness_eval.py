@@ -6,8 +6,8 @@
 Both arms use one engine and the evaluation seed of rl.train (`seeds.eval`), on the first
 `--tasks` validation tasks of rl.env_id: the native agent loop with our tool protocol, and
 `rl.harness=mini_swe_agent` (the PyPI harness through the OpenAI endpoint, its commands in our
-sandbox, graded by the env). Per arm: passes (Wilson interval), turns, and for the harness its
-exit statuses and shell commands.
+sandbox, graded by the env). Per arm: passes (Wilson interval), turns, one episode's transcript,
+and for the harness its exit statuses and shell commands.
 """
 from __future__ import annotations
 
@@ -57,8 +57,9 @@ def main(argv=None) -> None:
         row["wall_s"] = time.perf_counter() - t0
         if arm == "mini_swe_agent":
             row["serving"] = dict(loop.stats)
-        out["arms"][arm] = row
         print(arm, json.dumps(row), flush=True)
+        row["transcript"] = ev["transcript"]  # one episode, segment by segment: how the arm fails or passes
+        out["arms"][arm] = row
     pathlib.Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")
 
