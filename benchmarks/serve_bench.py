@@ -9,7 +9,10 @@ each) one after another; all streams start together. Per stream count: output to
 the wall time, time to first token (TTFT: request sent -> first content chunk) and per-token
 latency ((last chunk - first chunk) / (tokens - 1)), p50 and p99 over requests. With
 `--peer_gguf`, Hugging Face transformers `generate` on the same weights and dtype (loaded from
-the GGUF, greedy, the stream count as the batch) is measured beside it: the floor.
+the GGUF, greedy, the stream count as the batch) is measured beside it: the floor. With
+`--peer_url` (and `--peer_model`), another OpenAI-compatible server on the same machine (vLLM's,
+llama.cpp's) gets the same requests from the same driver right after ours, one stream count at a
+time: ratio_vs_peer is ours over its tokens/s.
 """
 from __future__ import annotations
 
@@ -96,8 +99,12 @@ def main(argv=None) -> None:
     p.add_argument("--max_tokens", type=int, default=64)
     p.add_argument("--chunk", type=int, default=16)
     p.add_argument("--peer_gguf", default="", help="the same model as a GGUF file: measure transformers beside it")
+    p.add_argument("--peer_url", default="", help="another OpenAI-compatible server's base URL (.../v1)")
+    p.add_argument("--peer_model", default="", help="the model name that server serves")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
+    if bool(args.peer_url) != bool(args.peer_model):
+        p.error("--peer_url and --peer_model go together")
     import openai
 
     from composer_jax.serve.__main__ import build_server
@@ -109,14 +116,22 @@ def main(argv=None) -> None:
     server = build_server(config, args.checkpoint, chunk=args.chunk, summarize=False)
     http = Background(server)
     client = openai.OpenAI(base_url=http.url, api_key="unused", max_retries=0, timeout=3600)
+    peer = (openai.OpenAI(base_url=args.peer_url, api_key="unused", max_retries=0, timeout=3600)
+            if args.peer_url else None)
     try:
         measure(client, server.model_name, max(streams), 1, 4)  # compile every prefill/decode shape once
+        if peer is not None:
+            measure(peer, args.peer_model, max(streams), 1, 4)
         rows = []
         for n in streams:
             row = measure(client, server.model_name, n, args.requests, args.max_tokens)
             if args.peer_gguf:
                 row["hf_transformers"] = hf_peer(args.peer_gguf, n, args.max_tokens, config.model.dtype)
                 row["ratio_vs_hf"] = row["output_tokens_per_s"] / row["hf_transformers"]["output_tokens_per_s"]
+            if peer is not None:
+                row["peer_server"] = dict(url=args.peer_url, **measure(peer, args.peer_model, n, args.requests,
+                                                                       args.max_tokens))
+                row["ratio_vs_peer"] = row["output_tokens_per_s"] / row["peer_server"]["output_tokens_per_s"]
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
