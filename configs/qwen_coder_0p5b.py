@@ -10,6 +10,11 @@ bug's line named (configs/rl_bugfix.py's tier), the harness speaking Qwen's Chat
 the base, SFT and RL policies on the same 128 validation tasks:
   python -m composer_jax.experiments.run --config configs/qwen_coder_0p5b.py:bugfix \
       --workdir runs/qwen_bugfix --out benchmarks/results/rl_bugfix_qwen.json
+Variant "bugfix_h200": the bugfix recipe cut to one 15-minute H200 lease (the GGUF copied over
+and imported with `qwen_setup --gguf FILE` first): 256 demonstrations, 32 SFT steps, 4 RL steps of
+8 tasks x 8 samples, then the SFT and RL policies greedy on the same 64 validation tasks:
+  python -m composer_jax.experiments.run --config configs/qwen_coder_0p5b.py:bugfix_h200 \
+      --workdir runs/qwen_bugfix_h200 --out benchmarks/results/rl_bugfix_qwen_h200.json
 Variant "realrepos": the same recipe on RealRepos (single bugs in real PyPI packages, a CI failure
 report as the prompt; build the suite first with `python -m environments.suites.realrepos`):
   python benchmarks/harness_eval.py --config configs/qwen_coder_0p5b.py:realrepos --tasks 4 \
@@ -22,8 +27,9 @@ from configs import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    if arg not in (None, "", "bugfix", "realrepos"):
-        raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '', 'bugfix' or 'realrepos'")
+    if arg not in (None, "", "bugfix", "bugfix_h200", "realrepos"):
+        raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; "
+                         "use '', 'bugfix', 'bugfix_h200' or 'realrepos'")
     c = tiny.get_config("dense")
     c.name = "qwen_coder_0p5b"
     c.rollout.decode_buckets = True  # a step costs more than a compile: decode only running slots
@@ -35,7 +41,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     ))
     c.data.seq_len = 2048
     c.sample = ml_collections.ConfigDict(dict(checkpoint=imported, batch_size=16, max_new_tokens=512))
-    if arg in ("bugfix", "realrepos"):
+    if arg in ("bugfix", "bugfix_h200", "realrepos"):
         c.rl.suite_options = dict(max_bugs=1, hint_line=True)  # replaced, not merged with LongHorizon's
         # Training rows of 4,096 tokens: plain attention keeps a 4k x 4k score matrix per head and
         # layer, ~180 GB for a batch of 8 over 24 layers unless each layer is recomputed.
@@ -73,6 +79,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             arms=dict(rl={}),
             policies=dict(base=dict(checkpoint=imported), sft=dict(checkpoint="sft"), rl=dict(checkpoint="rl")),
             evaluations=dict(validation=dict(tasks=128)), pairs=("rl:sft", "sft:base")))
+    if arg == "bugfix_h200":
+        c.sft.demos = 256
+        c.sft.optim.update(steps=32, warmup_steps=4)
+        # lr 3e-6: four steps at the recipe's 1e-6 move a policy too little to measure
+        c.rl.update(steps=4, groups_per_step=8, group_size=8, max_sampling_rounds=1, eval_tasks=0,
+                    checkpoint_every=4, keep=1)
+        c.rl.optim.update(steps=4, lr=3e-6)
+        c.eval_rollout.temperature = 0.0  # greedy: a task's outcome is the policy's, not a draw's
+        c.experiment.policies = dict(sft=dict(checkpoint="sft"), rl=dict(checkpoint="rl"))
+        c.experiment.evaluations = dict(validation=dict(tasks=64))
+        c.experiment.pairs = ("rl:sft",)
     if arg == "realrepos":  # a CI report to read, then the code: more turns, and no line hint
         c.rl.update(env_id="composer/RealRepos-v0", env_max_turns=12)
         c.rl.suite_options = dict(max_bugs=1)

@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RECIPES = ["configs/rl_longhorizon.py", "configs/rl_longhorizon.py:masked,hops=2", "configs/rl_bugfix.py:drills,methods",
            "configs/rl_bugfix.py:quick,greedy", "configs/rl_horizon.py", "configs/rl_horizon.py:quick,harness",
            "configs/rl_horizon.py:greedy,no_harness,long_tasks=8", "configs/rl_horizon.py:mix",
-           "configs/qwen_coder_0p5b.py:bugfix"]
+           "configs/qwen_coder_0p5b.py:bugfix", "configs/qwen_coder_0p5b.py:bugfix_h200"]
 
 
 @pytest.mark.parametrize("spec", RECIPES)
@@ -55,6 +55,10 @@ def test_recipe_variants_carry_the_settings_behind_the_results():
     assert [hz.experiment.evaluations[f"{m}x"].tasks for m in (3, 30, 100)] == [16, 8, 8]
     with pytest.raises(ValueError, match="harness and no_harness"):
         load_config("configs/rl_horizon.py:harness,no_harness")
+    h200 = load_config("configs/qwen_coder_0p5b.py:bugfix_h200")  # the recorded H200 run
+    assert (h200.sft.demos, h200.sft.optim.steps, h200.rl.steps, h200.rl.groups_per_step * h200.rl.group_size,
+            h200.rl.optim.lr, h200.eval_rollout.temperature) == (256, 32, 4, 64, 3e-6, 0.0)
+    assert h200.experiment.evaluations.validation.tasks == 64 and h200.experiment.pairs == ("rl:sft",)
 
 
 def _exp(**changes):

@@ -84,6 +84,8 @@ def test_bundled_wheels_are_hidden(backend, ws):
     RealRepos' pristine sources. The host has them; the sandbox sees an empty directory."""
     import ensurepip
     bundled = os.path.join(os.path.dirname(ensurepip.__file__), "_bundled")
+    if not os.path.isdir(bundled):  # Debian/Ubuntu system Pythons ship ensurepip without its wheels
+        pytest.skip(f"{bundled} does not exist on this Python")
     assert any(n.endswith(".whl") for n in os.listdir(bundled))
     res = backend.run(ws, [PY, "-c", f"import os; print(os.listdir({bundled!r}))"])
     assert res.stdout.strip() == "[]", (res.stdout, res.stderr)
@@ -204,9 +206,21 @@ def test_unknown_backend_name():
 
 def test_missing_tool_names_the_package(monkeypatch):
     real = shutil.which
-    monkeypatch.setattr(local.shutil, "which", lambda t: None if t == "bwrap" else real(t))
+    monkeypatch.setattr(local.shutil, "which", lambda t, path=None: None if t == "bwrap" else real(t, path=path))
     with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
         local.LocalBackend("bwrap")
+
+
+def test_a_tool_only_on_the_callers_path_is_missing(monkeypatch, tmp_path):
+    """The launcher runs with LAUNCH_PATH alone, so a tool the caller's PATH alone finds (a
+    bwrap copied to /usr/local/bin, say) could never start a sandbox: it counts as missing."""
+    tool = tmp_path / "cj-only-here"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setitem(local.REQUIRED_TOOLS, "bwrap", {"cj-only-here": "install it"})
+    assert shutil.which("cj-only-here")
+    assert local.missing_tools("bwrap") == [f"cj-only-here (install it; not in {local.LAUNCH_PATH})"]
 
 
 def test_directories_of_killed_owners_are_swept(backend, tmp_path):

@@ -24,7 +24,7 @@ from composer_jax.sandbox.base import (
     SandboxUnavailableError,
     Workspace,
 )
-from composer_jax.sandbox.process import Piped, killpg, run_capped
+from composer_jax.sandbox.process import LAUNCH_PATH, Piped, killpg, run_capped
 from composer_jax.sandbox.view import sandbox_uid, system_view
 
 FLAVOURS = ("bwrap", "unshare")
@@ -40,8 +40,11 @@ REQUIRED_TOOLS = {
 
 
 def missing_tools(flavour: str) -> list[str]:
-    """'tool (install hint)' for each tool of `flavour` not on PATH."""
-    return [f"{t} ({hint})" for t, hint in REQUIRED_TOOLS[flavour].items() if shutil.which(t) is None]
+    """'tool (install hint)' for each tool of `flavour` the launcher cannot run: it looks on
+    LAUNCH_PATH, not the caller's PATH (a bwrap in /usr/local/bin passed a PATH check, then
+    every launch failed with 'prlimit: failed to execute bwrap')."""
+    return [f"{t} ({hint}; not in {LAUNCH_PATH})" for t, hint in REQUIRED_TOOLS[flavour].items()
+            if shutil.which(t, path=LAUNCH_PATH) is None]
 
 
 def _alive(pid: int) -> bool:

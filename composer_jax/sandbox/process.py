@@ -25,6 +25,9 @@ class Captured:
     wall_s: float
 
 
+# The launcher runs with this PATH alone: the caller's environment never reaches a sandbox.
+LAUNCH_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+
 def _stdin_file(data: str):
     """stdin from an unlinked root-owned 0600 temp file: writing it never blocks us, and the
     sandbox uid can read it only through the fd it inherits (reopening it via /proc/<pid>/fd
@@ -41,7 +44,7 @@ def run_capped(argv: Sequence[str], stdin: str | None, wall_s: float, max_bytes:
     fin = _stdin_file(stdin) if stdin is not None else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(list(argv), stdin=fin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, close_fds=True, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"})
+                                start_new_session=True, close_fds=True, env={"PATH": LAUNCH_PATH})
     finally:
         if stdin is not None:
             fin.close()
@@ -91,7 +94,7 @@ class Piped:
         self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self.max_bytes = max_bytes
         self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
-                                     start_new_session=True, close_fds=True, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"})
+                                     start_new_session=True, close_fds=True, env={"PATH": LAUNCH_PATH})
 
     def close(self) -> str:
         """Reap the (killed) process; the tail of what it wrote to stderr."""
