@@ -11,6 +11,11 @@ speed comes from. Agent loop: LongHorizon episodes driven by the (random) model 
 real environments; reports the fraction of wall time spent waiting on env reset/step. Resets
 (`--reset_episodes`, alone with `--only_resets`): the same scripted episodes with and without
 `rollout.reset_keeps_prompt`, tokens prefilled per summary reset and episode tokens/s.
+Prefill (alone with `--only_prefill`): prompt tokens/s of `engine.append` with and without the
+per-token log-probs (`score=False`, what prompts and harness text use), same prompts, same slots:
+
+  python benchmarks/rollout_bench.py --config configs/qwen_coder_0p5b.py --only_prefill --prompt_len 512 \
+      --out benchmarks/results/prefill_qwen_cpu.json
 """
 from __future__ import annotations
 
@@ -50,6 +55,26 @@ def engine_tokens_per_s(graphdef, params, cfg, slots, prompt_len, new_tokens, re
     episode_batch(0)  # compile
     runs = [episode_batch(i + 1) for i in range(repeats)]
     return max(n / s for n, s in runs)
+
+
+def prefill_tokens_per_s(graphdef, params, cfg, slots, prompt_len, repeats=3) -> dict:
+    """Prompt tokens/s of one append of `slots` prompts, scored and unscored, best of `repeats`
+    after a compile each (the two alternate, so a shared machine's load falls on both)."""
+    rollout = RolloutConfig(window=prompt_len + 1, summary_budget=1, turn_budget=1, slots=slots,
+                            prefill_buckets=(prompt_len,))
+    engine = RolloutEngine(graphdef, params, cfg, rollout)
+    prompts = np.random.default_rng(0).integers(11, cfg.vocab_size, (slots, prompt_len)).tolist()
+    best = {True: 0.0, False: 0.0}
+    for i in range(repeats + 1):
+        for score in (True, False):
+            engine.start(range(slots), [jax.random.key(s) for s in range(slots)])
+            start = time.perf_counter()
+            engine.append(range(slots), prompts, score=score)
+            jax.block_until_ready(engine.state)
+            if i:  # the first round compiles
+                best[score] = max(best[score], slots * prompt_len / (time.perf_counter() - start))
+    return dict(slots=slots, prompt_len=prompt_len, scored_tokens_per_s=best[True],
+                unscored_tokens_per_s=best[False], speedup=best[False] / best[True])
 
 
 def naive_tokens_per_s(model, prompt_len, new_tokens, episodes=2):
@@ -130,6 +155,8 @@ def main():
     parser.add_argument("--reset_episodes", type=int, default=32,
                         help="episodes per arm of the reset-cost comparison (0 skips it)")
     parser.add_argument("--only_resets", action="store_true", help="measure only the reset cost")
+    parser.add_argument("--only_prefill", action="store_true", help="measure only scored vs unscored prefill")
+    parser.add_argument("--prefill_slots", type=int, default=8)
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     cfg = ModelConfig.from_config(load_config(args.config).model)
@@ -137,6 +164,10 @@ def main():
     graphdef, params = nnx.split(model)
 
     result = dict(config=args.config, prompt_len=args.prompt_len, new_tokens=args.new_tokens)
+    if args.only_prefill:
+        result["prefill"] = prefill_tokens_per_s(graphdef, params, cfg, args.prefill_slots, args.prompt_len)
+        write_result(args.out, result)
+        return
     if not args.only_resets:
         result["naive_tokens_per_s"] = naive_tokens_per_s(model, args.prompt_len, args.naive_tokens)
         for slots in (1, 8, 32):

@@ -64,6 +64,26 @@ def test_recorded_logprobs_equal_a_full_forward(engine, model):
     assert gen[2].experts.shape == (12, model.cfg.n_moe_layers, model.cfg.top_k)
 
 
+def test_an_unscored_prefill_leaves_the_same_state_and_samples(engine):
+    """score=False skips the log-probs of appended tokens (prompts, harness text), nothing
+    else: the same KV, next-token logits and expert choices, so the same samples follow."""
+    prompts = [prompt(40, 4), prompt(9, 5)]  # 40: two chunks of the largest bucket
+    runs = []
+    for score in (True, False):
+        engine.start([0, 3], [jax.random.key(7), jax.random.key(8)])
+        scored = engine.append([0, 3], prompts, score=score)
+        runs.append((scored, np.asarray(engine.state.next_logits_sv)[[0, 3]],
+                     engine.generate([0, 3], [10, 10], [[], []])))
+    (scored, logits, gen), (unscored, logits_u, gen_u) = runs
+    assert all(s.logp is None for s in unscored) and all(len(s.logp) == len(p) for s, p in zip(scored, prompts))
+    for a, b in zip(scored, unscored):
+        np.testing.assert_array_equal(a.experts, b.experts)
+    np.testing.assert_array_equal(logits, logits_u)
+    for a, b in zip(gen, gen_u):
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_array_equal(a.logp, b.logp)
+
+
 def test_token_shift_engine_scores_like_a_full_forward():
     """With token shift the cache carries each slot's newest tokens: decode, forced chunks and a
     reset (whose first tokens have no predecessors) all score as the learner's forward pass."""

@@ -166,7 +166,9 @@ class AgentLoop:
         self._counts["resets"] += len(resets)
         self._counts["reset_prefill_tokens"] += sum(len(t) for s, t in zip(slots, tokens) if s in resets)
         self._counts["prefill_tokens"] += sum(map(len, tokens))
-        scored = self.engine.append(slots, tokens)
+        # Only teacher-forced policy tokens need their log-probs; prompts and harness text do not.
+        score = any(isinstance(request[s], Append) and request[s].score for s in slots)
+        scored = self.engine.append(slots, tokens, score=score)
         if starts:
             self.engine.mark(starts)  # the prompt's end: resets rewind here
         for slot, result in zip(slots, scored):

@@ -39,7 +39,7 @@ from composer_jax.sharding import state_shardings as param_shardings
 @dataclasses.dataclass
 class Scored:
     """Appended tokens with their tempered log-probs (given what precedes) and expert choices."""
-    logp: np.ndarray  # float32 [n]
+    logp: np.ndarray | None  # float32 [n]; None when appended with score=False
     experts: np.ndarray  # int32 [n, moe_layers, k]
 
 
@@ -200,7 +200,8 @@ class RolloutEngine:
             return run
 
         decode = functools.partial(with_model(engine.decode), max_new=rollout.max_new_tokens)
-        self._prefill = jax.jit(with_model(engine.prefill), donate_argnums=1, **pins["prefill"])
+        self._prefill = {score: jax.jit(functools.partial(with_model(engine.prefill), score=score),
+                                        donate_argnums=1, **pins["prefill"]) for score in (True, False)}
         self._decode = jax.jit(decode, donate_argnums=1, **pins["decode"])
         self._decode_rows = jax.jit(functools.partial(with_model(engine.decode_rows), max_new=rollout.max_new_tokens),
                                     donate_argnums=1, **pins["decode_rows"])
@@ -306,8 +307,10 @@ class RolloutEngine:
             self.state = self._rewind(self.state, self._slot_array(slots))
         self._lengths[list(slots)] = self._marks[list(slots)]
 
-    def append(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> list[Scored]:
-        """Append each slot's tokens (chunked and padded to the buckets); score every token."""
+    def append(self, slots: Sequence[int], tokens: Sequence[Sequence[int]], *, score: bool = True) -> list[Scored]:
+        """Append each slot's tokens (chunked and padded to the buckets); with `score`, each
+        token's log-prob given what precedes it (else Scored.logp is None: the prefill skips the
+        vocabulary projection of every position but the last)."""
         check_window(self._lengths, self.window, slots, tokens)
         logp = [[] for _ in slots]
         experts = [[] for _ in slots]
@@ -327,7 +330,7 @@ class RolloutEngine:
                 tokens_pt[row, :len(piece)] = piece
                 n_p[row] = len(piece)
             with self._mesh_context():
-                self.state, logp_pt, experts_ptlk = self._prefill(
+                self.state, logp_pt, experts_ptlk = self._prefill[score](
                     self._params, self.state, slots_p, tokens_pt, n_p, temperature)
             logp_pt, experts_ptlk = np.asarray(logp_pt), np.asarray(experts_ptlk)
             for row, i in enumerate(todo):
@@ -336,7 +339,7 @@ class RolloutEngine:
                 done[i] += int(n_p[row])
                 self._lengths[slots[i]] += int(n_p[row])
         layers, k = engine.expert_shape(self.cfg)
-        return [Scored(np.concatenate(lp) if lp else np.zeros(0, np.float32),
+        return [Scored((np.concatenate(lp) if lp else np.zeros(0, np.float32)) if score else None,
                        np.concatenate(ex) if ex else np.zeros((0, layers, k), np.int32))
                 for lp, ex in zip(logp, experts)]
 
@@ -405,12 +408,13 @@ class TeacherForcedOnly:
     def rewind(self, slots: Sequence[int]) -> None:
         self._lengths[list(slots)] = self._marks[list(slots)]
 
-    def append(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> list[Scored]:
+    def append(self, slots: Sequence[int], tokens: Sequence[Sequence[int]], *, score: bool = True) -> list[Scored]:
         check_window(self._lengths, self.window, slots, tokens)
         layers, k = engine.expert_shape(self.cfg)
         for slot, toks in zip(slots, tokens):
             self._lengths[slot] += len(toks)
-        return [Scored(np.zeros(len(t), np.float32), np.zeros((len(t), layers, k), np.int32)) for t in tokens]
+        return [Scored(np.zeros(len(t), np.float32) if score else None, np.zeros((len(t), layers, k), np.int32))
+                for t in tokens]
 
     def generate(self, slots: Sequence[int], budgets: Sequence[int], stops: Sequence[Sequence[int]]):
         raise RuntimeError("TeacherForcedOnly runs no model: a policy that samples needs a RolloutEngine")

@@ -61,6 +61,7 @@ class Reset:
 @dataclasses.dataclass
 class Append:
     tokens: list[int]  # -> Scored
+    score: bool = False  # their log-probs too (teacher-forced policy tokens); else Scored.logp is None
 
 
 @dataclasses.dataclass
@@ -145,7 +146,7 @@ def _episode(ctx: EpisodeContext, ep: Episode) -> Generator[Any, Any, Episode]:
         else:
             text = policy.act(context_text(harness)) if kind == "action" else policy.summarize(context_text(harness))
             body = policy_tokens(text, budget, stops[0], add_close=kind == "summary")
-            scored: Scored = yield Append(harness + body)  # teacher-forced: one prefill, scored
+            scored: Scored = yield Append(harness + body, score=True)  # teacher-forced: one prefill, scored
             seg.add(harness, scored.experts[:len(harness)])
             tokens, logp, logp_sampler, experts = body, scored.logp[len(harness):], None, scored.experts[len(harness):]
         start = len(seg.tokens)

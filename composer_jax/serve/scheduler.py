@@ -199,12 +199,13 @@ class Scheduler:
         reused = [j for j in jobs if j not in fresh]
         if fresh:  # the prompt up to the reset point, the mark, then the rest
             self.engine.start([j.slot for j in fresh], [j.key for j in fresh])
-            head = self.engine.append([j.slot for j in fresh], [j.context[:j.base_len] for j in fresh])
+            head = self.engine.append([j.slot for j in fresh], [j.context[:j.base_len] for j in fresh], score=False)
             self.engine.mark([j.slot for j in fresh])
         if reused:
             self.engine.seed([j.slot for j in reused], [j.key for j in reused])
         tails = self.engine.append([j.slot for j in jobs],
-                                   [j.context[j.base_len if j in fresh else j.prefilled_from:] for j in jobs])
+                                   [j.context[j.base_len if j in fresh else j.prefilled_from:] for j in jobs],
+                                   score=False)  # a served prompt's log-probs are never returned
         for j, tail in zip(jobs, tails):
             parts = [head[fresh.index(j)].experts] if j in fresh else []
             j.prefill_experts = np.concatenate([*parts, tail.experts])
@@ -213,7 +214,7 @@ class Scheduler:
     def _open_phases(self, job: Job) -> None:
         ids = self.ids
         if job.summarize_first:
-            scored = self.engine.append([job.slot], [list(ids.request)])[0]
+            scored = self.engine.append([job.slot], [list(ids.request)], score=False)[0]
             job.phases.append(Phase("summary", list(ids.request), scored.experts, self.rollout.summary_budget,
                                     ids.summary_stops))
         else:
@@ -277,7 +278,7 @@ class Scheduler:
         prompt = summarize.reset_prompt(job.context[:job.base_len], body, ids)
         self.engine.rewind([job.slot])
         after = job.carried + list(ids.assistant)
-        scored = self.engine.append([job.slot], [prompt[job.base_len:] + after])[0]
+        scored = self.engine.append([job.slot], [prompt[job.base_len:] + after], score=False)[0]
         job.reset_ids = prompt
         base = job.base_experts if job.base_experts is not None else job.prefill_experts[:job.base_len]
         job.reset_experts = np.concatenate([base, scored.experts[:len(prompt) - job.base_len]])
