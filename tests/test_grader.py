@@ -510,6 +510,23 @@ def test_setting_an_attribute_of_a_repo_module_reaches_the_submission(backend):
     assert "passed a builtin_function_or_method of the test to the submission" in res.details
 
 
+def test_a_submodule_import_keeps_the_name_its_package_rebound(backend):
+    # slugify's package does `from .slugify import *`: `slugify.slugify` is the function, even
+    # after a test imports the submodule of the same name (as python-slugify's tests do).
+    files = {"slug/__init__.py": "from .slug import *\n",
+             "slug/slug.py": "__all__ = ['slug']\n\n\ndef slug(s):\n    return s.lower()\n\n\ndef _low(s):\n"
+                             "    return s.lower()\n",
+             "slug/other.py": "X = 1\n"}
+    hidden = ("import importlib\nfrom slug.slug import _low\nimport slug.other\nfrom slug import slug as f\n\n\n"
+              "def test_function():\n    assert f('A') == 'a' and _low('B') == 'b'\n\n\n"
+              "def test_submodules():\n    import slug\n"
+              "    assert slug.other.X == 1 and importlib.import_module('slug.slug').slug('C') == 'c'\n")
+    task = Task(task_id="unit/submodule", suite="BugFix", prompt="-", files=files, hidden_tests={"test_m.py": hidden},
+                graded_tests=("test_m.py::test_function", "test_m.py::test_submodules"))
+    res = grade(task, task.files, backend)
+    assert res.tests == {"test_m.py::test_function": True, "test_m.py::test_submodules": True}, res.details
+
+
 def test_a_call_cannot_change_the_inputs_of_other_tests(backend):
     """Module-level data of a test module feeds several tests; an in-place change by the
     submission (which would let it pick the next test's input) stays in the submission."""

@@ -156,6 +156,16 @@ def test_here():
 '''
 
 
+SLOW_S = 3.0
+SLOW = f"""\
+import time
+
+
+def test_waits():  # green everywhere, but slow in the judge: its file leaves a task too little of the wall
+    time.sleep({SLOW_S})
+"""
+
+
 def _sdist(path, top: str, files: dict[str, str]) -> str:
     with tarfile.open(path, "w:gz") as tar:
         for name, text in files.items():
@@ -171,6 +181,7 @@ def _package(cache_dir, name="cjmini", files=None, split="validation") -> source
     files = files if files is not None else {
         "cjmini/__init__.py": "from cjmini.core import clamp, mean, words\n", "cjmini/core.py": CORE,
         "tests/__init__.py": "", "tests/test_core.py": TESTS, "tests/test_paths.py": UNCOLLECTABLE,
+        "tests/test_slow.py": SLOW,
         "setup.py": "raise SystemExit('not part of the repo')\n"}
     os.makedirs(sources.sdist_dir(cache_dir), exist_ok=True)
     sha = _sdist(os.path.join(sources.sdist_dir(cache_dir), f"{name}-1.0.tar.gz"), f"{name}-1.0", files)
@@ -185,7 +196,9 @@ def built(tmp_path_factory):
         pytest.skip(f"no sandbox: {e}")
     cache_dir = str(tmp_path_factory.mktemp("rr-cache"))
     package = _package(cache_dir)
-    return cache_dir, package, realrepos_build.load_packages((package,), cache_dir, workers=2)
+    with pytest.MonkeyPatch.context() as mp:  # test_core.py takes ~0.3 s in the judge, test_slow.py 3+
+        mp.setattr(realrepos_build, "JUDGE_BUDGET_S", SLOW_S / 2)
+        return cache_dir, package, realrepos_build.load_packages((package,), cache_dir, workers=2)
 
 
 def test_validation_keeps_only_tests_green_everywhere(built):
@@ -195,10 +208,13 @@ def test_validation_keeps_only_tests_green_everywhere(built):
     green = set(b["green"])
     assert "tests/test_core.py::test_clamp_inside" in green and "tests/test_core.py::test_tally" in green
     assert "tests/test_core.py::test_plain_backend" in green  # the fast path ran in the task's runtime
-    assert b["dropped_tests"] == {"failed_or_skipped": 2, "not_gradable": 1, "module_not_collectable": 1}
+    assert b["dropped_tests"] == {"failed_or_skipped": 2, "not_gradable": 1, "module_not_collectable": 1,
+                                  "judge_too_slow": 1}
+    assert b["judge_seconds"]["tests/test_slow.py"] > SLOW_S > b["judge_seconds"]["tests/test_core.py"]
     assert "tests/test_core.py::test_passes_a_function" in green  # a callback of the test
     assert not green & {"tests/test_core.py::test_known_failure", "tests/test_core.py::test_passes_type",
-                        "tests/test_paths.py::test_here", "tests/test_core.py::test_skipped"}
+                        "tests/test_paths.py::test_here", "tests/test_core.py::test_skipped",
+                        "tests/test_slow.py::test_waits"}
 
 
 def test_bugs_are_caught_by_green_tests_and_distinct(built):
@@ -212,6 +228,9 @@ def test_bugs_are_caught_by_green_tests_and_distinct(built):
         assert r["source"] != CORE and r["report"]
         assert r["line"] >= 1
     assert len({frozenset(r["failing"]) for r in records}) == len(records)  # deduplicated by failing set
+    assert [r["task_id"] for r in records] == [realrepos_build.task_id(package, r["operator"], r["source"])
+                                               for r in records]
+    assert len({r["task_id"] for r in records}) == len(records)
     kinds = {r["operator"] for r in records}
     assert {"remove_branch", "drop_return"} & kinds, kinds
     assert any("+" in k for k in kinds)  # two-bug tasks
@@ -352,3 +371,70 @@ def test_a_judge_run_whose_channel_broke_is_judged_again(monkeypatch):
     monkeypatch.setattr(realrepos_build.grader, "grade", lambda *a, **k: next(tries))
     repo = sources.SourceRepo(pins.PACKAGES[0], {}, ())
     assert realrepos_build._judged(None, repo, None).passed == 3
+
+
+def _singles(n: int) -> list[dict]:
+    """n single-bug records, one per function of one file: function i's `+ 1` made `- 1`."""
+    original = "".join(f"def f{i}(x):\n    return x + 1\n\n\n" for i in range(n))
+    out = []
+    for i in range(n):
+        start = original.index(f"def f{i}(") + original[original.index(f"def f{i}("):].index("+")
+        edits = (mutations.Edit(start, start + 1, b"-"),)
+        out.append({"path": "m.py", "function": f"f{i}", "operator": "wrong_operator", "line": 2 + 4 * i,
+                    "edits": edits, "source": mutations.apply_edits(original, edits), "original": original,
+                    "tests": [f"tests/test_m.py::test_f{i}"]})
+    return out
+
+
+def test_two_bug_pairs_survive_a_lost_single():
+    """A rebuild that keeps one single fewer (a mutant near its time limit on a busy machine)
+    keeps every other pair it drew: pairs are ranked by a hash of the two bugs, not shuffled."""
+    singles = _singles(12)
+    pairs = lambda found: {frozenset(d["function"].split(", "))
+                           for d in realrepos_build._doubles(found, len(found), seed=7)}
+    before = pairs(singles)
+    assert len(before) == 12
+    for lost in range(12):
+        after = pairs(singles[:lost] + singles[lost + 1:])
+        kept = {p for p in before if f"f{lost}" not in p}
+        assert len(kept - after) <= 1, (lost, kept - after)
+        assert not {p for p in after if f"f{lost}" in p}
+    assert pairs(singles[::-1]) == before  # the order singles were found in does not matter
+
+
+def test_task_ids_name_the_bug_not_its_place():
+    package = sources.Package("pkg", "1.0", "0" * 64, ("pkg",), ("tests",))
+    a, b = _singles(2)
+    assert realrepos_build.task_id(package, "wrong_operator", a["source"]) == \
+        realrepos_build.task_id(package, "wrong_operator", a["source"])
+    assert realrepos_build.task_id(package, "wrong_operator", a["source"]) != \
+        realrepos_build.task_id(package, "wrong_operator", b["source"])
+
+
+def test_wall_backstop_grows_with_the_load():
+    from environments.suites import pytest_runner
+    assert pytest_runner.wall_backstop(3.0, load=0.5, cpus=2) == 11.0
+    assert pytest_runner.wall_backstop(3.0, load=8.0, cpus=2) == 44.0
+
+
+def test_files_that_judge_alone_but_not_together_are_dropped(monkeypatch):
+    """A task grades its files together in one judge: a file that collects alone but not beside
+    the others (python-slugify's test_release.py did, before the judge kept rebound submodule
+    names) is left out, and a test counts only if it passes alone and together."""
+    from composer_jax.grading.task import GradeResult
+    files = {"tests/test_a.py": "", "tests/test_b.py": "", "tests/test_c.py": ""}
+    repo = sources.SourceRepo(sources.Package("pkg", "1.0", "0" * 64, ("pkg",), ("tests",)), files, tuple(files))
+    nodes = ["tests/test_a.py::t1", "tests/test_a.py::t2", "tests/test_b.py::t", "tests/test_c.py::t"]
+
+    def judged(task, repo, backend):
+        graded = realrepos_build.grader.graded_files(task)
+        if len(graded) > 1 and "tests/test_b.py" in graded:
+            return GradeResult(0.0, 0, 1, {}, "", "hidden tests could not be collected: tests/test_b.py: boom")
+        together = len(graded) > 1
+        return GradeResult(1.0, 1, 1, {n: not (together and n.endswith("t2")) for n in task.graded_tests}, "")
+
+    monkeypatch.setattr(realrepos_build, "_judged", judged)
+    tests, uncollectable, seconds, error = realrepos_build._judge_outcomes(repo, nodes, None)
+    assert uncollectable == ["tests/test_b.py"] and error == "" and set(seconds) == set(files)
+    assert tests == {"tests/test_a.py::t1": True, "tests/test_a.py::t2": False, "tests/test_b.py::t": False,
+                     "tests/test_c.py::t": True}

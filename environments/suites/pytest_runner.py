@@ -173,11 +173,20 @@ class _Plugin:
             self.reports[report.nodeid or "<collection>"] = str(report.longrepr).replace(self.root, "")[-REPORT_CHARS:]
 
 
+def wall_backstop(cpu_s: float, load: float | None = None, cpus: int | None = None) -> float:
+    """Wall seconds before a run is stopped: a test that sleeps uses no CPU. Scaled by the
+    machine's load per core, so that a busy machine does not stop a run that a quiet one
+    finishes (CPU time is the limit that decides; this only catches sleepers)."""
+    load = os.getloadavg()[0] if load is None else load
+    cpus = cpus or os.cpu_count() or 1
+    return (2 * cpu_s + 5) * max(1.0, load / cpus)
+
+
 def _child(payload: tuple[str, dict], write_fd: int) -> None:
     root, run = payload
     resource.setrlimit(resource.RLIMIT_AS, (RUN_MEMORY_BYTES, RUN_MEMORY_BYTES))
     signal.setitimer(signal.ITIMER_PROF, run["timeout_s"])
-    signal.setitimer(signal.ITIMER_REAL, 2 * run["timeout_s"] + 5)  # wall backstop: a test that sleeps
+    signal.setitimer(signal.ITIMER_REAL, wall_backstop(run["timeout_s"]))
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)

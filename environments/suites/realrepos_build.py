@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -36,6 +37,11 @@ SUITE_LIMITS = Limits(wall_s=600.0, cpu_s=600, memory_bytes=4 << 30, max_procs=6
                       max_file_bytes=64 << 20, max_output_bytes=32 << 20)
 GENERATOR_MODULES = (mutations, sources, pytest_runner, check_runner)
 JUDGE_TRIES = 3  # judge runs of a pristine suite whose channel broke
+# A task's grading runs its failing tests' files in the judge within GRADING_LIMITS' wall; files
+# that take more than this on the builder (timed alone, summed over a task's files) leave too
+# little margin for graders sharing a busy machine (toolz's test_itertoolz.py took 55 s of 60 and
+# ran over with three graded at once).
+JUDGE_BUDGET_S = grader.GRADING_LIMITS.wall_s / 4
 BROKEN = "the submission's process stopped answering"  # grader._result's line for a broken channel
 
 
@@ -66,23 +72,47 @@ def _sandbox_outcomes(repo: sources.SourceRepo, backend) -> dict[str, str]:
     return out
 
 
-def _judge_outcomes(repo: sources.SourceRepo, nodes: list[str], backend) -> tuple[dict[str, bool], list[str], str]:
-    """(node id -> passed under the judge, test files the judge cannot collect, the grader's error).
-    A test module that cannot be collected there (it reads a module's `__file__`, say) is left
-    out whole and the rest is graded again."""
-    uncollectable = []
-    while True:
-        kept = tuple(n for n in nodes if n.split("::", 1)[0] not in uncollectable)
+def _judge_outcomes(repo: sources.SourceRepo, nodes: list[str], backend) -> tuple[dict[str, bool], list[str],
+                                                                                  dict[str, float], str]:
+    """(node id -> passed under the judge, test files the judge cannot collect, wall seconds per
+    file, the grader's errors). A task grades one file or several together, so each file is
+    graded alone (timed) and the quick ones again all together; a test counts as passing if it
+    passes both ways. A module that cannot be collected (it reads a module's `__file__`, say)
+    either way is left out whole."""
+    by_file = collections.defaultdict(list)
+    for n in nodes:
+        by_file[n.split("::", 1)[0]].append(n)
+    alone, uncollectable, seconds, errors = {}, [], {}, []
+    for path, kept in sorted(by_file.items()):
+        start = time.perf_counter()
+        result = _judged(grading_task(repo, "validate", repo.files, tuple(kept)), repo, backend)
+        seconds[path] = round(time.perf_counter() - start, 2)
+        if f"could not be collected: {path}" in result.error:
+            uncollectable.append(path)
+        elif result.error:
+            errors.append(result.error)
+        else:
+            alone.update(result.tests)
+    slow = {p for p, t in seconds.items() if t > JUDGE_BUDGET_S}  # dropped by the caller, not graded here
+    together = {}
+    while not errors:
+        kept = tuple(n for p, ns in sorted(by_file.items()) if p not in uncollectable and p not in slow for n in ns)
+        if not kept:
+            break
         task = grading_task(repo, "validate", repo.files, kept)
         result = _judged(task, repo, backend)
         bad = sorted({f for f in grader.graded_files(task) if f"could not be collected: {f}" in result.error})
-        if not bad or not kept:
-            return dict(result.tests), uncollectable, result.error
+        if not bad:
+            errors += [result.error] if result.error else []
+            together = result.tests
+            break
         uncollectable += bad
+    tests = {n: passed and (n.split("::", 1)[0] in slow or together.get(n, False)) for n, passed in alone.items()}
+    return tests, sorted(uncollectable), seconds, "; ".join(errors)
 
 
 def _judged(task: Task, repo: sources.SourceRepo, backend, tries: int = JUDGE_TRIES):
-    """The pristine suite under the judge. A run whose channel to the package broke (every
+    """Pristine tests under the judge. A run whose channel to the package broke (every
     test after the break fails) is run again, and the try with the most passes is kept: one
     build counted 160 of boltons' tests green where its other runs count 325."""
     best = None
@@ -106,7 +136,7 @@ def validate(repo: sources.SourceRepo, backend, workers: int | None) -> dict:
         raise sources.SourceError(f"{repo.package.label}: its test suite did not finish ({fast.status})")
     first, second = _sandbox_outcomes(repo, backend), _sandbox_outcomes(repo, backend)
     passed = [n for n, o in fast.outcomes.items() if o == "passed"]
-    judged, uncollectable, error = _judge_outcomes(repo, passed, backend)
+    judged, uncollectable, judge_seconds, error = _judge_outcomes(repo, passed, backend)
     if error:
         raise sources.SourceError(f"{repo.package.label}: the grader cannot run its suite: {error[:300]}")
     dropped = collections.Counter()
@@ -121,6 +151,8 @@ def validate(repo: sources.SourceRepo, backend, workers: int | None) -> dict:
             dropped["module_not_collectable"] += 1
         elif not judged.get(node):
             dropped["not_gradable"] += 1
+        elif judge_seconds[node.split("::", 1)[0]] > JUDGE_BUDGET_S:
+            dropped["judge_too_slow"] += 1
         else:
             green.append(node)
     if not green:
@@ -128,7 +160,8 @@ def validate(repo: sources.SourceRepo, backend, workers: int | None) -> dict:
     code = set(repo.files) - set(repo.test_files)
     covered = {n: [tuple(f) for f in fast.coverage.get(n, []) if f[0] in code] for n in green}
     return {"green": green, "covered": covered, "collection": [tuple(f) for f in fast.collection],
-            "dropped": dict(dropped), "tests": len(fast.outcomes), "cpu_seconds": fast.seconds}
+            "dropped": dict(dropped), "tests": len(fast.outcomes), "cpu_seconds": fast.seconds,
+            "judge_seconds": judge_seconds}
 
 
 def _functions(source: str) -> list[tuple[int, int, int, str]]:
@@ -227,14 +260,20 @@ def _kept(candidates: list[dict], repo, valid: dict, workers, desc: str) -> list
     return kept
 
 
+def _digest(*texts: str) -> str:
+    return hashlib.sha256("\0".join(texts).encode("utf-8")).hexdigest()[:12]
+
+
 def _doubles(singles: list[dict], limit: int, seed: int) -> list[dict]:
-    """Pairs of kept bugs in different functions of one file, their edits applied together."""
+    """Pairs of kept bugs in different functions of one file, their edits applied together. The
+    first `limit` pairs by a hash of the two bugs: a single lost or gained (a mutant near its time
+    limit on a loaded machine) changes only the pairs that hold it, not every pair drawn after it."""
     by_path = collections.defaultdict(list)
     for s in singles:
         by_path[s["path"]].append(s)
     pairs = [(a, b) for group in by_path.values() for i, a in enumerate(group) for b in group[i + 1:]
              if a["function"] != b["function"]]
-    random.Random(seed).shuffle(pairs)
+    pairs.sort(key=lambda p: _digest(str(seed), *sorted((p[0]["source"], p[1]["source"]))))
     out = []
     for a, b in pairs[:limit]:
         original = a["original"]
@@ -247,6 +286,12 @@ def _doubles(singles: list[dict], limit: int, seed: int) -> list[dict]:
                     "operator": f"{a['operator']}+{b['operator']}", "line": min(a["line"], b["line"]),
                     "source": text, "tests": sorted(set(a["tests"]) | set(b["tests"]))})
     return out
+
+
+def task_id(package: sources.Package, operator: str, source: str) -> str:
+    """Named by the buggy file's text, not its place in the list: a task keeps its id whichever
+    other bugs a rebuild keeps."""
+    return f"realrepos/{package.name}/{operator}-{_digest(source)}"
 
 
 def build_package(package: sources.Package, cache_dir: str | None, workers: int | None, backend,
@@ -263,20 +308,25 @@ def build_package(package: sources.Package, cache_dir: str | None, workers: int 
     kept_kinds = collections.Counter(s["operator"] for s in singles)
     pairs = _doubles(singles, int(DOUBLES_PER_PACKAGE * len(singles)), seed)
     doubles = _kept(pairs, repo, valid, workers, f"{package.name} two-bug")
-    records, seen = [], set()
+    records, seen, slow = [], set(), 0
     for r in singles + doubles:
         key = frozenset(r["failing"])
         if key in seen:
             continue
         seen.add(key)
-        records.append({"task_id": f"realrepos/{package.name}/{r['operator']}-{len(records)}",
+        if sum(valid["judge_seconds"][f] for f in {n.split("::", 1)[0] for n in key}) > JUDGE_BUDGET_S:
+            slow += 1  # its files, graded together, would leave the grading wall too little margin
+            continue
+        records.append({"task_id": task_id(package, r["operator"], r["source"]),
                         "path": r["path"], "function": r["function"], "operator": r["operator"],
                         "line": r["line"], "source": r["source"], "failing": r["failing"],
                         "report": next(iter(r["reports"].values()), "")})
     return {"package": package.label, "records": records, "green": valid["green"],
             "tests": valid["tests"], "dropped_tests": valid["dropped"], "suite_cpu_seconds": valid["cpu_seconds"],
+            "judge_seconds": valid["judge_seconds"],
             "bugs_tried": dict(tried), "bugs_kept": dict(kept_kinds), "doubles_tried": len(pairs),
-            "doubles_kept": len(doubles), "duplicates": len(singles) + len(doubles) - len(records),
+            "doubles_kept": len(doubles), "duplicates": len(singles) + len(doubles) - len(records) - slow,
+            "too_slow_to_grade": slow,
             "build_seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -321,7 +371,9 @@ def summary(built: dict) -> dict:
         kept.update(b["bugs_kept"])
         per_package[label] = {"split": splits.get(label, "train"), "tasks": len(b["records"]), "tests": b["tests"],
                               "green_tests": len(b["green"]), "dropped_tests": b["dropped_tests"],
-                              "two_bug_tasks": sum("+" in r["operator"] for r in b["records"])}
+                              "two_bug_tasks": sum("+" in r["operator"] for r in b["records"]),
+                              "tasks_too_slow_to_grade": b["too_slow_to_grade"],
+                              "slowest_judged_file_s": max(b["judge_seconds"].values())}
     return {"tasks": sum(p["tasks"] for p in per_package.values()),
             "tasks_by_split": {s: sum(p["tasks"] for p in per_package.values() if p["split"] == s)
                                for s in ("train", "validation")},

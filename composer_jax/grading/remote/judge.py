@@ -226,10 +226,23 @@ class RemoteModule(types.ModuleType):
     def __setattr__(self, name, value):
         # The import system sets __spec__, __loader__, ... and submodules here; a test's
         # `module.x = ...` changes the submission's module, so it goes there.
+        if isinstance(value, RemoteModule) and not self._binds(name, value):
+            return
         if (name.startswith("__") and name.endswith("__")) or isinstance(value, types.ModuleType):
             super().__setattr__(name, value)
         else:
             setattr(self._cj_remote, name, value)
+
+    def _binds(self, name: str, submodule: "RemoteModule") -> bool:
+        """Whether the package there holds this submodule under its name. Importing a submodule
+        binds it on its package, here as there, but there the package may have rebound the name
+        since (slugify's `from .slugify import *` replaces the submodule `slugify` with the
+        function): a first import here must not hide what the package holds."""
+        try:
+            theirs = getattr(self._cj_remote, name)
+        except AttributeError:
+            return True
+        return theirs is submodule._cj_remote
 
     def __getattr__(self, name):
         if name == "__all__":  # `from module import *`: the pristine module's public names only
