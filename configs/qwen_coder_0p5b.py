@@ -19,6 +19,11 @@ Variant "realrepos": the same recipe on RealRepos (single bugs in real PyPI pack
 report as the prompt; build the suite first with `python -m environments.suites.realrepos`):
   python benchmarks/harness_eval.py --config configs/qwen_coder_0p5b.py:realrepos --tasks 4 \
       --arms native --out benchmarks/results/realrepos_eval_qwen_cpu.json
+Variant "realrepos_cpu": SFT on RealRepos' scripted expert (48 train tasks, 24 steps of one
+1,152-token row; 22 GB of RAM, so nothing else beside it) on a 2-core CPU, then the base and the
+SFT policy greedy on the same 12 validation tasks, paired:
+  python -m composer_jax.experiments.run --config configs/qwen_coder_0p5b.py:realrepos_cpu \
+      --workdir runs/qwen_realrepos_cpu --out benchmarks/results/realrepos_qwen_cpu.json
 """
 import ml_collections
 
@@ -27,9 +32,9 @@ from configs import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    if arg not in (None, "", "bugfix", "bugfix_h200", "realrepos"):
-        raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; "
-                         "use '', 'bugfix', 'bugfix_h200' or 'realrepos'")
+    variants = ("bugfix", "bugfix_h200", "realrepos", "realrepos_cpu")
+    if arg not in (None, "", *variants):
+        raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '' or one of {variants}")
     c = tiny.get_config("dense")
     c.name = "qwen_coder_0p5b"
     c.rollout.decode_buckets = True  # a step costs more than a compile: decode only running slots
@@ -41,7 +46,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     ))
     c.data.seq_len = 2048
     c.sample = ml_collections.ConfigDict(dict(checkpoint=imported, batch_size=16, max_new_tokens=512))
-    if arg in ("bugfix", "bugfix_h200", "realrepos"):
+    if arg in variants:
         c.rl.suite_options = dict(max_bugs=1, hint_line=True)  # replaced, not merged with LongHorizon's
         # Training rows of 4,096 tokens: plain attention keeps a 4k x 4k score matrix per head and
         # layer, ~180 GB for a batch of 8 over 24 layers unless each layer is recomputed.
@@ -90,8 +95,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.experiment.policies = dict(sft=dict(checkpoint="sft"), rl=dict(checkpoint="rl"))
         c.experiment.evaluations = dict(validation=dict(tasks=64))
         c.experiment.pairs = ("rl:sft",)
-    if arg == "realrepos":  # a CI report to read, then the code: more turns, and no line hint
+    if arg in ("realrepos", "realrepos_cpu"):  # a CI report to read, then the code: more turns, and no line hint
         c.rl.update(env_id="composer/RealRepos-v0", env_max_turns=12)
         c.rl.suite_options = dict(max_bugs=1)
         c.rollout.update(max_turns=12, max_segments=3)
+    if arg == "realrepos_cpu":
+        # The expert's demonstrations are 650-1,000 Qwen tokens (p50 759 on 24 train tasks), so
+        # one row of 1,152 a step; the CPU BugFix SFT's settings (docs/results/rl_bugfix.md)
+        c.rl.row_len = 1152
+        c.sft.update(demos=48, batch_rows=1)
+        c.sft.optim.update(steps=24, warmup_steps=2, lr=5e-5, embed_lr_scale=20.0)
+        # 12 slots of 128/512-token prefills fit the 24 GB machine; 8 turns of 256 tokens bound
+        # an episode of a base policy that never calls a tool
+        c.rollout.update(slots=12, prefill_buckets=(128, 512), turn_budget=256, max_turns=8)
+        c.rl.env_max_turns = 8
+        c.eval_rollout.temperature = 0.0
+        c.experiment = ml_collections.ConfigDict(dict(
+            arms={}, policies=dict(base=dict(checkpoint=imported), sft=dict(checkpoint="sft")),
+            evaluations=dict(validation=dict(tasks=12)), pairs=("sft:base",)))
     return c
