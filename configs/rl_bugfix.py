@@ -20,6 +20,13 @@ Variants (`:ARG`, a comma list):
   methods    with drills: RL's 3,000 drills are class methods, code SFT never showed
   steps=N    RL steps (the 48-step runs: the same workdir resumes from step 24)
   greedy     evaluate at temperature 0 (the same workdir: training stages are reused)
+  realrepos  the same policy on RealRepos (single bugs in real PyPI packages, a CI report as the
+             prompt, no line hint): SFT on 768 expert demonstrations spread over the train
+             packages, then greedy pass@1 on 64 tasks of the held-out packages; no RL arm (an
+             RL step grades 96 episodes at ~1.5 s each, an hour a step on 2 cores):
+               python -m composer_jax.experiments.run --config configs/rl_bugfix.py:realrepos \
+                   --workdir runs/rl_realrepos --out benchmarks/results/rl_realrepos_tiny.json
+             (51 min; 0/64 [0, 0.057]: docs/realrepos.md)
   quick      minutes: the tests
 """
 import ml_collections
@@ -34,7 +41,7 @@ DRILLS = 3000
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    v = parse_variant(arg, dict(quick=False, drills=False, methods=False, steps=24, greedy=False),
+    v = parse_variant(arg, dict(quick=False, drills=False, methods=False, steps=24, greedy=False, realrepos=False),
                       "configs/rl_bugfix.py")
     quick = v["quick"]
     if v["methods"] and not v["drills"]:
@@ -66,4 +73,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         arms=dict(rl=rl_arm), policies=dict(sft=dict(checkpoint="sft"), rl=dict(checkpoint="rl")),
         evaluations=dict(validation=dict(tasks=8 if quick else 0)),  # 0: every validation task
         pairs=("rl:sft",)))
+    if v["realrepos"]:
+        if v["drills"]:
+            raise ValueError("configs/rl_bugfix.py: drills are BugFix tasks; `realrepos` takes none")
+        c.rl.update(env_id="composer/RealRepos-v0", env_max_turns=8)
+        c.rl.suite_options = dict(max_bugs=1)
+        # One 1,024-token window, no summaries: the expert's episode fits it on 23 of 32 train
+        # tasks (5 run out of window, 4 prompts alone do not fit), so 524 of 768 demonstrations
+        # are kept
+        c.model.max_seq_len = c.rl.row_len = 1024
+        c.rollout.update(window=1024, max_turns=8)
+        # 256 tasks spread over the 11 train packages (TaskSuite.sample_ids), each played: ~5 min
+        c.data.update(tokenizer_agent_tasks=16 if quick else 256, tokenizer_agent_repeat=1)
+        c.sft.update(demos=16 if quick else 768, copy_warmup=20 if quick else 1000)
+        c.sft.optim.update(steps=20 if quick else 500)
+        c.eval_rollout.temperature = 0.0
+        c.experiment = ml_collections.ConfigDict(dict(
+            arms={}, policies=dict(sft=dict(checkpoint="sft")),
+            evaluations=dict(validation=dict(tasks=4 if quick else 64)), pairs=()))
     return c

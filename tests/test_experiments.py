@@ -21,7 +21,7 @@ RECIPES = ["configs/rl_longhorizon.py", "configs/rl_longhorizon.py:masked,hops=2
            "configs/rl_bugfix.py:quick,greedy", "configs/rl_horizon.py", "configs/rl_horizon.py:quick,harness",
            "configs/rl_horizon.py:greedy,no_harness,long_tasks=8", "configs/rl_horizon.py:mix",
            "configs/qwen_coder_0p5b.py:bugfix", "configs/qwen_coder_0p5b.py:bugfix_h200",
-           "configs/qwen_coder_0p5b.py:realrepos_cpu"]
+           "configs/qwen_coder_0p5b.py:realrepos_cpu", "configs/rl_bugfix.py:realrepos"]
 
 
 @pytest.mark.parametrize("spec", RECIPES)
@@ -32,7 +32,7 @@ def test_every_recipe_is_a_valid_config(spec):
     validate(c)
     exp = ExperimentConfig.from_config(c.experiment)
     check_engine_fields(exp)
-    assert exp.pairs and all(exp.plays(s) for s in exp.evaluations)
+    assert (exp.pairs or len(exp.policies) == 1) and all(exp.plays(s) for s in exp.evaluations)
 
 
 def test_recipe_variants_carry_the_settings_behind_the_results():
@@ -49,6 +49,11 @@ def test_recipe_variants_carry_the_settings_behind_the_results():
     assert load_config("configs/rl_bugfix.py:greedy").eval_rollout.temperature == 0.0
     with pytest.raises(ValueError, match="drills,methods"):
         load_config("configs/rl_bugfix.py:methods")
+    rr = load_config("configs/rl_bugfix.py:realrepos")  # the tiny policy on RealRepos: no line hint, no RL arm
+    assert rr.rl.env_id == "composer/RealRepos-v0" and dict(rr.rl.suite_options) == dict(max_bugs=1)
+    assert (rr.sft.demos, rr.rl.row_len, rr.rollout.window, dict(rr.experiment.arms)) == (768, 1024, 1024, {})
+    with pytest.raises(ValueError, match="realrepos"):
+        load_config("configs/rl_bugfix.py:drills,realrepos")
     with pytest.raises(ValueError, match="name one arm"):
         load_config("configs/rl_longhorizon.py:trained,masked")
     hz = load_config("configs/rl_horizon.py:greedy,no_harness,long_tasks=8")
@@ -166,7 +171,8 @@ def test_pooling_pairs_episodes_across_seeds_and_refuses_what_is_not_one_recipe(
     assert not (tmp_path / "p.json").exists()
 
 
-def test_suites_pick_representative_tasks():
+def test_suites_pick_representative_tasks(monkeypatch):
+    from environments import experts
     from environments.suites.base import TaskSuite
     from environments.suites.longhorizon import LongHorizonOptions, LongHorizonSuite
 
@@ -182,6 +188,11 @@ def test_suites_pick_representative_tasks():
     picked = Grouped().sample_ids("validation", 10)
     assert len(set(picked)) == 10 and {t.split("/")[1] for t in picked} == {f"src{s}" for s in range(5)}
     assert Grouped().sample_ids("validation", 0) == Grouped().sample_ids("validation", 500) == Grouped().task_ids("x")
+    # The tokenizer's corpus too (RealRepos' train ids come by package: its first 64 are all boltons)
+    played = []
+    monkeypatch.setattr(experts, "run_plan", lambda env, task_id: played.append(task_id)
+                        or experts.Transcript(task_id, "fix it", "tools", [("", "submit")], "done", 0.0, {}))
+    assert len(Grouped().tokenizer_texts(None, 10)) == 10 and played == Grouped().sample_ids("train", 10)
     lh = LongHorizonSuite(LongHorizonOptions(hops=2, filler_lines=1))
     assert lh.sample_ids("validation", 3) == lh.task_ids("validation")[:3]  # independent draws: the first n
 

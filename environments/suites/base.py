@@ -68,11 +68,11 @@ class TaskSuite(abc.ABC):
 
     def tokenizer_texts(self, env, tasks: int) -> list[str]:
         """Text of this suite's episodes for a tokenizer's corpus (data.tokenizer_agent_tasks):
-        the expert's transcripts of the first `tasks` train tasks, played in `env` and rendered
-        as the policy reads them."""
+        the expert's transcripts of `tasks` train tasks spread over the split (`sample_ids`: the
+        first ones would be one package's), played in `env` and rendered as the policy reads them."""
         from composer_jax.harness.protocol import render_conversation
         from environments.experts import run_plan
-        return [render_conversation(run_plan(env, task_id=t).messages()) for t in self.task_ids("train")[:tasks]]
+        return [render_conversation(run_plan(env, task_id=t).messages()) for t in self.sample_ids("train", tasks)]
 
     def unknown(self, task_id: str) -> UnknownTaskError:
         sample = ", ".join(self.task_ids("validation")[:3])
