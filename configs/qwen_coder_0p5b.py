@@ -19,6 +19,13 @@ Variant "realrepos": the same recipe on RealRepos (single bugs in real PyPI pack
 report as the prompt; build the suite first with `python -m environments.suites.realrepos`):
   python benchmarks/harness_eval.py --config configs/qwen_coder_0p5b.py:realrepos --tasks 4 \
       --arms native --out benchmarks/results/realrepos_eval_qwen_cpu.json
+Variant "realrepos_h200": that recipe cut to one 15-minute lease as bugfix_h200 is (256
+demonstrations, 32 SFT steps, 4 RL steps of 8 tasks x 8 samples, SFT and RL greedy on the same 64
+validation tasks, paired). The suite is built here and carried over as one file (~20 MB):
+  here:   python -m environments.suites.realrepos --export runs/realrepos.tar.gz
+  there:  python -m environments.suites.realrepos --import runs/realrepos.tar.gz  (2 s)
+          python -m composer_jax.experiments.run --config configs/qwen_coder_0p5b.py:realrepos_h200 \
+              --workdir runs/qwen_realrepos_h200 --out benchmarks/results/rl_realrepos_qwen_h200.json
 Variant "realrepos_cpu": SFT on RealRepos' scripted expert (48 train tasks, 24 steps of one
 1,152-token row; 22 GB of RAM, so nothing else beside it) on a 2-core CPU, then the base and the
 SFT policy greedy on the same 12 validation tasks, paired:
@@ -32,7 +39,7 @@ from configs import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variants = ("bugfix", "bugfix_h200", "realrepos", "realrepos_cpu")
+    variants = ("bugfix", "bugfix_h200", "realrepos", "realrepos_h200", "realrepos_cpu")
     if arg not in (None, "", *variants):
         raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '' or one of {variants}")
     c = tiny.get_config("dense")
@@ -84,7 +91,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             arms=dict(rl={}),
             policies=dict(base=dict(checkpoint=imported), sft=dict(checkpoint="sft"), rl=dict(checkpoint="rl")),
             evaluations=dict(validation=dict(tasks=128)), pairs=("rl:sft", "sft:base")))
-    if arg == "bugfix_h200":
+    if arg in ("bugfix_h200", "realrepos_h200"):
         c.sft.demos = 256
         c.sft.optim.update(steps=32, warmup_steps=4)
         # lr 3e-6: four steps at the recipe's 1e-6 move a policy too little to measure
@@ -95,7 +102,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.experiment.policies = dict(sft=dict(checkpoint="sft"), rl=dict(checkpoint="rl"))
         c.experiment.evaluations = dict(validation=dict(tasks=64))
         c.experiment.pairs = ("rl:sft",)
-    if arg in ("realrepos", "realrepos_cpu"):  # a CI report to read, then the code: more turns, and no line hint
+    if arg in ("realrepos", "realrepos_h200", "realrepos_cpu"):  # a CI report, then the code: more turns, no line hint
         c.rl.update(env_id="composer/RealRepos-v0", env_max_turns=12)
         c.rl.suite_options = dict(max_bugs=1)
         c.rollout.update(max_turns=12, max_segments=3)

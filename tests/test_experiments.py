@@ -21,7 +21,8 @@ RECIPES = ["configs/rl_longhorizon.py", "configs/rl_longhorizon.py:masked,hops=2
            "configs/rl_bugfix.py:quick,greedy", "configs/rl_horizon.py", "configs/rl_horizon.py:quick,harness",
            "configs/rl_horizon.py:greedy,no_harness,long_tasks=8", "configs/rl_horizon.py:mix",
            "configs/qwen_coder_0p5b.py:bugfix", "configs/qwen_coder_0p5b.py:bugfix_h200",
-           "configs/qwen_coder_0p5b.py:realrepos_cpu", "configs/rl_bugfix.py:realrepos"]
+           "configs/qwen_coder_0p5b.py:realrepos_cpu", "configs/qwen_coder_0p5b.py:realrepos_h200",
+           "configs/rl_bugfix.py:realrepos"]
 
 
 @pytest.mark.parametrize("spec", RECIPES)
@@ -65,6 +66,10 @@ def test_recipe_variants_carry_the_settings_behind_the_results():
     assert (h200.sft.demos, h200.sft.optim.steps, h200.rl.steps, h200.rl.groups_per_step * h200.rl.group_size,
             h200.rl.optim.lr, h200.eval_rollout.temperature) == (256, 32, 4, 64, 3e-6, 0.0)
     assert h200.experiment.evaluations.validation.tasks == 64 and h200.experiment.pairs == ("rl:sft",)
+    rr = load_config("configs/qwen_coder_0p5b.py:realrepos_h200")  # the same lease cut, on RealRepos
+    assert [rr[k].to_dict() for k in ("sft", "experiment")] == [h200[k].to_dict() for k in ("sft", "experiment")]
+    assert (rr.rl.steps, rr.rl.optim.lr, rr.rl.env_id, dict(rr.rl.suite_options)) == (
+        4, 3e-6, "composer/RealRepos-v0", dict(max_bugs=1))
 
 
 def _exp(**changes):

@@ -16,7 +16,7 @@ import pytest
 import environments  # noqa: F401 - registers the envs
 from composer_jax.sandbox import SandboxUnavailableError, get_backend
 from environments.experts import expert_plan, null_plan, run_plan
-from environments.suites import mutations, realrepos_build
+from environments.suites import mutations, realrepos_build, realrepos_bundle
 from environments.suites import realrepos_pins as pins
 from environments.suites import realrepos_sources as sources
 
@@ -245,6 +245,71 @@ def test_cached_build_is_reused(built, monkeypatch):
 
     monkeypatch.setattr(realrepos_build, "build_package", no_rebuild)
     assert realrepos_build.load_packages((package,), cache_dir) == out
+
+
+def test_bundle_carries_a_build_to_a_fresh_cache(built, tmp_path, monkeypatch):
+    cache_dir, package, out = built
+    bundle = str(tmp_path / "rr.tar.gz")
+    manifest = realrepos_bundle.export_bundle(bundle, (package,), cache_dir)
+    assert list(manifest["packages"]) == [package.label]
+    fresh = str(tmp_path / "fresh")
+    assert realrepos_bundle.import_bundle(bundle, (package,), fresh) == dict(imported=[package.label], skipped={})
+
+    def no_rebuild(*a, **k):
+        raise AssertionError("rebuilt an imported package")
+
+    monkeypatch.setattr(realrepos_build, "build_package", no_rebuild)
+    assert realrepos_build.load_packages((package,), fresh) == out
+    offline = ("--no-index",)  # the imported sdist is the pinned one: nothing to download
+    assert sources.fetch(package, fresh, pip_args=offline).startswith(sources.sdist_dir(fresh))
+    with pytest.raises(FileNotFoundError, match="cjother-1.0"):  # built nowhere: named, nothing written
+        realrepos_bundle.export_bundle(str(tmp_path / "none.tar.gz"), (_package(cache_dir, "cjother"),), cache_dir)
+    assert not (tmp_path / "none.tar.gz").exists()
+
+
+def _bundle(path, manifest: dict, files: dict[str, bytes]) -> str:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in {realrepos_bundle.MANIFEST: json.dumps(manifest).encode(), **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_bundle_import_trusts_nothing_it_cannot_check(built, tmp_path, capsys):
+    cache_dir, package, _ = built
+    good = str(tmp_path / "good.tar.gz")
+    entry = realrepos_bundle.export_bundle(good, (package,), cache_dir)["packages"][package.label]
+    with tarfile.open(good) as tar:
+        files = {n: tar.extractfile(n).read() for n in (entry["build"], entry["sdist"])}
+    fresh = tmp_path / "fresh"
+    stale = dict(entry, build=entry["build"].replace(package.label, package.label + "-0"))
+    tampered = {**files, entry["sdist"]: files[entry["sdist"]] + b"\0"}
+    for manifest, content, why in (
+            (dict(packages={package.label: stale}), {stale["build"]: files[entry["build"]],
+                                                     entry["sdist"]: files[entry["sdist"]]}, "key differs"),
+            (dict(packages={package.label: entry}), tampered, "checksum mismatch"),
+            (dict(packages={"cjelse-1.0": entry}), files, "not pinned")):
+        got = realrepos_bundle.import_bundle(_bundle(tmp_path / "b.tar.gz", manifest, content), (package,), str(fresh))
+        assert got["imported"] == [] and why in next(iter(got["skipped"].values()))
+        assert why in capsys.readouterr().err
+    escape = dict(entry, sdist="realrepos/sdists/../../../escaped.tar.gz")
+    with pytest.raises(ValueError, match="not a pinned sdist"):
+        realrepos_bundle.import_bundle(_bundle(tmp_path / "b.tar.gz", dict(packages={package.label: escape}),
+                                               {entry["build"]: files[entry["build"]], escape["sdist"]: b"x"}),
+                                       (package,), str(fresh))
+    link = tmp_path / "link.tar.gz"
+    with tarfile.open(link, "w:gz") as tar:  # the build a symlink out of the cache: refused
+        data = json.dumps(dict(packages={package.label: entry})).encode()
+        info = tarfile.TarInfo(realrepos_bundle.MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(entry["build"])
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    with pytest.raises(ValueError, match="not a regular file"):
+        realrepos_bundle.import_bundle(str(link), (package,), str(fresh))
+    assert not any(p.is_file() for p in fresh.rglob("*"))  # nothing landed from any of them
 
 
 def test_env_expert_scores_one_and_null_zero(built, monkeypatch):

@@ -1,7 +1,8 @@
 """RealRepos: bugs planted in real open-source packages, graded by the projects' own test suites.
 
-Build (once, cached; `python -m environments.suites.realrepos` prints the summary), per pinned
-package (realrepos_pins.PACKAGES), SWE-smith style:
+Build (once, cached; `python -m environments.suites.realrepos` prints the summary; `--export FILE`
+/ `--import FILE` carry a build to another machine: realrepos_bundle.py), per pinned package
+(realrepos_pins.PACKAGES), SWE-smith style:
 1. Fetch its sdist with pip (pin and sha256 checked) and read its code and tests.
 2. Validate the suite: run it twice in our sandbox in the pinned runtime, once under the grader's
    judge, and once on the fast path with per-test coverage. A test is kept ("green") only if it
@@ -23,6 +24,8 @@ a validation package has no task in train.
 from __future__ import annotations
 
 import json
+import os
+import tarfile
 
 from composer_jax.grading.task import Task
 from environments.suites import realrepos_pins as pins
@@ -103,7 +106,28 @@ def main(argv=None) -> None:
     parser.add_argument("--packages", nargs="*", default=[], help="pinned package names (default: all)")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--out", default=None, help="also write the summary JSON here")
+    parser.add_argument("--export", metavar="FILE", help="write the built packages and their sdists to this "
+                        "tar.gz (for another machine) instead of building")
+    parser.add_argument("--import", dest="import_", metavar="FILE", help="unpack a bundle written by --export "
+                        "into the cache instead of building")
     args = parser.parse_args(argv)
+    if args.export or args.import_:
+        from environments.suites import realrepos_bundle
+        pinned = {p.name: p for p in pins.PACKAGES}
+        unknown = sorted(set(args.packages) - set(pinned))
+        if unknown:
+            parser.error(f"unknown RealRepos package(s) {unknown}; pinned: {sorted(pinned)}")
+        chosen = tuple(pinned[n] for n in args.packages) or pins.PACKAGES
+        try:
+            if args.export:
+                manifest = realrepos_bundle.export_bundle(args.export, chosen)
+                print(f"wrote {args.export}: {len(manifest['packages'])} packages, "
+                      f"{os.path.getsize(args.export) / 2**20:.1f} MiB")
+            else:
+                print(json.dumps(realrepos_bundle.import_bundle(args.import_, chosen), indent=1))
+        except (OSError, ValueError, tarfile.TarError) as e:
+            parser.exit(2, f"RealRepos bundle: {e}\n")
+        return
     suite = RealReposSuite(packages=tuple(args.packages), workers=args.workers)
     text = json.dumps(suite.stats, indent=1)
     print(text)
