@@ -97,3 +97,37 @@ def test_copy_drills_train_only_the_repeated_span_and_are_seeded():
     again = copy_drills(tok, 64, seed=3)
     assert all((a.tokens == b.tokens).all() for a, b in zip(drills, again))
     assert any(len(a.tokens) != len(b.tokens) for a, b in zip(drills, copy_drills(tok, 64, seed=4)))
+
+
+@pytest.mark.slow
+def test_sft_stops_at_the_first_check_that_reaches_the_target_reward(tmp_path, monkeypatch):
+    """sft.target_reward: the policy plays train tasks it was not shown every target_every steps
+    from target_from (a real evaluation on its own engine) and SFT ends at the first check at or
+    above the target; its checkpoint is that step's. The check's reward is scripted here (a tiny
+    policy scores 0 on everything), the rest is the real run."""
+    from composer_jax.errors import ConfigError
+    from composer_jax.rl import train
+
+    c = get_config("test")
+    c.rl.system_prompt = "Tools: read_file(path), submit()."  # byte-level ids: the env's manual fills the window
+    c.rl.env_max_turns = 2
+    c.rollout.update(window=768, max_turns=2, max_segments=1, turn_budget=16, summary_budget=16, slots=8,
+                     prefill_buckets=(512,))
+    c.sft.update(successful_only=False, demos=4, target_reward=0.5, target_tasks=2, target_every=2, target_from=2)
+    c.sft.optim.update(steps=8)
+    real, scripted, played = train.evaluate, iter([0.2, 0.6, 0.9]), []
+
+    def evaluate(loop, ids, **kw):
+        played.append(list(ids))
+        return dict(real(loop, ids, **kw), reward=next(scripted))
+
+    monkeypatch.setattr(train, "evaluate", evaluate)
+    out = train.run_sft(c, tmp_path)
+    demos = train.sample_ids(c.rl, "train", 4)
+    assert out["steps"] == 4 and out["target_reached"] and [ch["step"] for ch in out["target_checks"]] == [2, 4]
+    assert played[0] == played[1] and len(played[0]) == 2 and not set(played[0]) & set(demos)
+    assert train.Checkpointer(tmp_path / "checkpoints", c, keep=1).all_steps() == [4]
+
+    c.sft.target_from = 8
+    with pytest.raises(ConfigError, match="target_from"):
+        train.run_sft(c, tmp_path / "bad")

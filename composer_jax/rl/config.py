@@ -119,11 +119,27 @@ class SFTConfig:
     optim: OptimConfig
     successful_only: bool = True  # False: failed demonstrations are cloned too (an imperfect demonstrator)
     copy_warmup: int = 0  # steps of copy drills (rl/drills.py) before the demonstrations
+    # > 0: SFT ends at the first check (every target_every steps from target_from) where the
+    # policy's mean reward on target_tasks train tasks it was not shown reaches it; optim.steps
+    # is the cap. Where SFT leaves the policy sets what RL can do, and a step count lands it
+    # elsewhere under another tokenizer (docs/results/rl_longhorizon.md).
+    target_reward: float = 0.0
+    target_tasks: int = 32
+    target_every: int = 10
+    target_from: int = 0
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> SFTConfig:
         values = dict(values.items())
-        return _build(cls, values, "sft", optim=OptimConfig.from_config(values.pop("optim", {}), "sft.optim"))
+        out = _build(cls, values, "sft", optim=OptimConfig.from_config(values.pop("optim", {}), "sft.optim"))
+        if not 0 <= out.target_reward <= 1:
+            raise ConfigError(f"sft.target_reward={out.target_reward}: must be in [0, 1] (0 = train optim.steps)")
+        if out.target_reward and (out.target_tasks < 1 or out.target_every < 1
+                                  or not 0 <= out.target_from < out.optim.steps):
+            raise ConfigError(f"sft.target_reward={out.target_reward}: needs target_tasks >= 1 "
+                              f"(is {out.target_tasks}), target_every >= 1 (is {out.target_every}) and "
+                              f"0 <= target_from < sft.optim.steps (is {out.target_from}, steps {out.optim.steps})")
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,9 +62,10 @@ def make_sft_step(graphdef, tx, embed_lr_scale: float = 1.0):
 
 def train_sft(state: TrainState, graphdef, tx, seqs: Sequence[segments.TrainSeq], *, row_len: int,
               batch_rows: int, steps: int, seed: int, put=jnp.asarray, log=None,
-              embed_lr_scale: float = 1.0) -> tuple[TrainState, list[dict]]:
+              embed_lr_scale: float = 1.0, stop=None) -> tuple[TrainState, list[dict]]:
     """`steps` updates over minibatches of packed rows, reshuffled every pass (seeded);
-    `embed_lr_scale` multiplies the embedding's and head's step (train/optim.py)."""
+    `embed_lr_scale` multiplies the embedding's and head's step (train/optim.py). `stop(step,
+    state)`: called after each update; True ends training there (len(history) updates done)."""
     keys = ("tokens", "positions", "segment_ids", "loss_mask")
     rows = segments.pack(list(seqs), row_len, row_multiple=batch_rows)
     step_fn = make_sft_step(graphdef, tx, embed_lr_scale)
@@ -82,4 +83,6 @@ def train_sft(state: TrainState, graphdef, tx, seqs: Sequence[segments.TrainSeq]
         history.append(m)
         if log is not None:
             log(step, m)
+        if stop is not None and stop(step, state):
+            break
     return state, history

@@ -176,23 +176,64 @@ def demo_policy(rl_cfg):
     return local_suite(rl_cfg).scripted_policy
 
 
-def train_and_save_sft(config, run: Run, seqs, ids: list[str], workdir: pathlib.Path, log=print) -> list[dict]:
-    """SFT on packed demonstration sequences, then one checkpoint in WORKDIR/checkpoints."""
+def train_and_save_sft(config, run: Run, seqs, ids: list[str], workdir: pathlib.Path, log=print,
+                       stop=None) -> list[dict]:
+    """SFT on packed demonstration sequences (until `stop(step, state)`, see sft.train_sft), then
+    one checkpoint in WORKDIR/checkpoints at the step it ended."""
     s = config.sft
     writer = MetricsWriter(workdir)
     with jax.set_mesh(run.mesh):
         state, history = sft.train_sft(
             run.state, run.graphdef, run.tx, seqs, row_len=int(config.rl.row_len), batch_rows=int(s.batch_rows),
             steps=int(s.optim.steps), seed=seeds(config).sft,
-            embed_lr_scale=float(s.optim.get("embed_lr_scale", 1.0)),
+            embed_lr_scale=float(s.optim.get("embed_lr_scale", 1.0)), stop=stop,
             log=lambda step, m: (writer.write(step + 1, "sft", m),
                                  log(f"sft {step + 1}: loss {m['loss']:.4f}") if (step + 1) % 50 == 0 else None))
     ckpt = Checkpointer(workdir / "checkpoints", config, keep=1, async_save=False)
-    ckpt.save(int(s.optim.steps), state, jax.random.key(config.seed), RunCursor(ids, seeds(config).rl_tasks))
+    ckpt.save(len(history), state, jax.random.key(config.seed), RunCursor(ids, seeds(config).rl_tasks))
     ckpt.wait()
     ckpt.close()
     writer.close()
     return history
+
+
+def held_back_ids(rl_cfg, shown: list[str], n: int) -> list[str]:
+    """`n` train tasks spread over those not in `shown` (the demonstrations): SFT's own check."""
+    rest = [t for t in task_ids(rl_cfg, "train") if t not in set(shown)]
+    if len(rest) < n:
+        raise ConfigError(f"sft.target_tasks={n}: only {len(rest)} train tasks are left beside the "
+                          f"{len(shown)} demonstrated (sft.demos)")
+    return [rest[i * len(rest) // n] for i in range(n)]
+
+
+class RewardTarget:
+    """sft.target_reward as a `stop` for sft.train_sft: every target_every steps from target_from,
+    the current params play the held-back tasks on an engine of their own (evaluation sampling
+    and seed, as every evaluation) and training ends once the mean reward reaches the target.
+    `checks` keeps each (step, reward, pass rate)."""
+
+    def __init__(self, config, run: Run, make_env, ids: list[str], log=print):
+        s = config.sft
+        self.config, self.ids, self.log = config, ids, log
+        self.target, self.every, self.start = float(s.target_reward), int(s.target_every), int(s.target_from)
+        engine = RolloutEngine(run.graphdef, full_state(run.state), run.model_cfg, rollout_config(config),
+                               valid_vocab=run.tokenizer.vocab_size, mesh=run.mesh)
+        self.loop = make_loop(config, engine, run.tokenizer, make_env)
+        self.checks: list[dict] = []
+
+    def __call__(self, step: int, state) -> bool:
+        done = step + 1
+        if done < self.start or (done - self.start) % self.every:
+            return False
+        self.loop.engine.set_params(full_state(state))
+        ev = evaluate(self.loop, self.ids, seed=seeds(self.config).eval, sampling=eval_sampling(self.config))
+        self.checks.append(dict(step=done, reward=ev["reward"], pass_rate=ev["pass_rate"]))
+        self.log(f"sft {done}: held-back reward {ev['reward']:.3f} pass {ev['pass_rate']:.3f} "
+                 f"(target {self.target}, {len(self.ids)} tasks)")
+        return ev["reward"] >= self.target
+
+    def close(self) -> None:
+        self.loop.close()
 
 
 def demonstrations(config, ids: list[str], make_env=None) -> list:
@@ -241,11 +282,26 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
         warmup, init_from = copy_warmup(config, workdir / "copy_warmup", int(s.copy_warmup), init_from, log)
     t2 = time.perf_counter()
     run = build(config, s.optim, init_from=init_from, engine=False)
-    history = train_and_save_sft(config, run, seqs, ids, workdir, log)
+    target = {}
+    if float(s.target_reward):
+        with RunEnvs(config) as envs:
+            stop = RewardTarget(config, run, envs.factory(config.rl, "train"),
+                                held_back_ids(config.rl, ids, int(s.target_tasks)), log)
+            try:
+                history = train_and_save_sft(config, run, seqs, ids, workdir, log, stop=stop)
+            finally:
+                stop.close()
+        reached = bool(stop.checks) and stop.checks[-1]["reward"] >= stop.target
+        if not reached:
+            log(f"sft: held-back reward never reached sft.target_reward={stop.target} in {len(history)} steps "
+                f"(best {max((c['reward'] for c in stop.checks), default=0):.3f}); the policy is the last step's")
+        target = dict(target_reward=stop.target, target_reached=reached, target_checks=stop.checks)
+    else:
+        history = train_and_save_sft(config, run, seqs, ids, workdir, log)
     return dict(demos=len(ids), demo_pass_rate=demo_pass, sequences=len(seqs), demo_s=t1 - t0,
-                copy_warmup=warmup, train_s=time.perf_counter() - t2, steps=int(s.optim.steps),
+                copy_warmup=warmup, train_s=time.perf_counter() - t2, steps=len(history),
                 lr=float(s.optim.lr), init_from=init_from, final_loss=history[-1]["loss"],
-                final_mean_target_prob=history[-1]["mean_target_prob"])
+                final_mean_target_prob=history[-1]["mean_target_prob"], **target)
 
 
 def copy_warmup(config, workdir: pathlib.Path, steps: int, init_from: str = "", log=print,
