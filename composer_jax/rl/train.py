@@ -40,7 +40,7 @@ from composer_jax.rl import judge as judge_lib
 from composer_jax.rl import sft
 from composer_jax.rl.agent import AgentLoop
 from composer_jax.config_schema import validate
-from composer_jax.rl.config import EvalRolloutConfig
+from composer_jax.rl.config import EvalRolloutConfig, SFTConfig
 from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.engine_host import RolloutEngine, TeacherForcedOnly
 from composer_jax.rl.envs import RunEnvs, local_factory, sample_ids, task_ids
@@ -213,7 +213,7 @@ class RewardTarget:
     `checks` keeps each (step, reward, pass rate)."""
 
     def __init__(self, config, run: Run, make_env, ids: list[str], log=print):
-        s = config.sft
+        s = SFTConfig.from_config(config.sft)  # typed: a config's sft block may leave the target out
         self.config, self.ids, self.log = config, ids, log
         self.target, self.every, self.start = float(s.target_reward), int(s.target_every), int(s.target_from)
         engine = RolloutEngine(run.graphdef, full_state(run.state), run.model_cfg, rollout_config(config),
@@ -283,10 +283,10 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
     t2 = time.perf_counter()
     run = build(config, s.optim, init_from=init_from, engine=False)
     target = {}
-    if float(s.target_reward):
+    if SFTConfig.from_config(s).target_reward:
         with RunEnvs(config) as envs:
             stop = RewardTarget(config, run, envs.factory(config.rl, "train"),
-                                held_back_ids(config.rl, ids, int(s.target_tasks)), log)
+                                held_back_ids(config.rl, ids, SFTConfig.from_config(s).target_tasks), log)
             try:
                 history = train_and_save_sft(config, run, seqs, ids, workdir, log, stop=stop)
             finally:
