@@ -20,8 +20,9 @@ $(VENV)/.stamp-%: setup.py
 run: $(VENV)/.stamp-$(RUN_EXTRAS)
 	$(PY) launch/xm_launch.py
 
+# --durations: CI prints the slowest tests, so the suite can be kept inside its 40-minute budget.
 test: $(VENV)/.stamp-$(TEST_EXTRAS)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 clean:
 	rm -rf $(VENV) runs
