@@ -125,9 +125,28 @@ def test_sft_stops_at_the_first_check_that_reaches_the_target_reward(tmp_path, m
     out = train.run_sft(c, tmp_path)
     demos = train.sample_ids(c.rl, "train", 4)
     assert out["steps"] == 4 and out["target_reached"] and [ch["step"] for ch in out["target_checks"]] == [2, 4]
+    assert out["target_warning"] is None  # crossed between two checks: the stop is near the target
     assert played[0] == played[1] and len(played[0]) == 2 and not set(played[0]) & set(demos)
     assert train.Checkpointer(tmp_path / "checkpoints", c, keep=1).all_steps() == [4]
 
     c.sft.target_from = 8
     with pytest.raises(ConfigError, match="target_from"):
         train.run_sft(c, tmp_path / "bad")
+
+
+def test_target_verdict_warns_when_the_stop_cannot_be_near_the_target():
+    """A first check already at or above the target says nothing about where SFT crossed it (the
+    policy may be far stronger than intended); a target never reached leaves the last step's policy.
+    Both are flagged; a crossing between two checks is not."""
+    from composer_jax.rl.train import target_verdict
+
+    def checks(*rewards):
+        return [dict(step=10 * (i + 1), reward=r, pass_rate=0.0) for i, r in enumerate(rewards)]
+
+    assert target_verdict(checks(0.4, 0.6), 0.57, 20) == (True, None)
+    reached, warning = target_verdict(checks(0.86), 0.57, 10)
+    assert reached and "first check (step 10)" in warning and "sft.target_from" in warning
+    reached, warning = target_verdict(checks(0.3, 0.5), 0.57, 20)
+    assert not reached and "never reached" in warning and "best 0.500" in warning
+    reached, warning = target_verdict([], 0.57, 5)
+    assert not reached and "never reached" in warning
