@@ -1,2 +1,12 @@
 """composer_jax: mid-training and agentic RL for a coding Mixture-of-Experts model."""
+import os
+
 __version__ = "0.1.0"
+
+# XLA:CPU's default scheduler orders a program for concurrency and so keeps every layer's
+# rematerialised activations live at once: one Qwen2.5-0.5B SFT step on a 1,536-token row asked
+# for 16.8 GiB of temporaries, 9.4 GiB under the memory-aware order (same program, same bits).
+# Set before jax starts its CPU backend; a flag the user already gave wins.
+_CPU_SCHEDULER = "--xla_cpu_enable_concurrency_optimized_scheduler"
+if _CPU_SCHEDULER not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_CPU_SCHEDULER}=false".strip()

@@ -170,3 +170,8 @@ def validate(config) -> None:
             build(config[key], key)
         elif key not in optional:
             raise ConfigError(f"{key}: missing config block (configs/tiny.py defines every block)")
+    if "mini_swe_agent" in SFTConfig.from_config(config.sft).harnesses:  # its demonstrations act by shell
+        try:
+            RLConfig.from_config({**dict(config.rl.items()), "harness": "mini_swe_agent"})
+        except ConfigError as e:
+            raise ConfigError(f"sft.harnesses names 'mini_swe_agent': {e}") from None

@@ -31,6 +31,14 @@ Variant "realrepos_cpu": SFT on RealRepos' scripted expert (48 train tasks, 24 s
 SFT policy greedy on the same 12 validation tasks, paired:
   python -m composer_jax.experiments.run --config configs/qwen_coder_0p5b.py:realrepos_cpu \
       --workdir runs/qwen_realrepos_cpu --out benchmarks/results/realrepos_qwen_cpu.json
+Variant "harness_cpu": which harness the SFT demonstrations speak decides where the policy can
+work. Two SFT runs from the imported weights on the same 32 train tasks and budget (32 steps of
+one 1,536-token row): our native protocol only, and native plus mini-swe-agent's own format (the
+expert's `bash` sessions recorded through the endpoint, rl/harness_demos.py); both policies greedy
+on the same 8 validation tasks natively and through mini-swe-agent, paired (22 GB of RAM: nothing
+else beside it on a 24 GB machine):
+  python -m composer_jax.experiments.run --config configs/qwen_coder_0p5b.py:harness_cpu \
+      --workdir runs/qwen_harness_cpu --out benchmarks/results/harness_sft_qwen_cpu.json
 """
 import ml_collections
 
@@ -39,7 +47,7 @@ from configs import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variants = ("bugfix", "bugfix_h200", "realrepos", "realrepos_h200", "realrepos_cpu")
+    variants = ("bugfix", "bugfix_h200", "realrepos", "realrepos_h200", "realrepos_cpu", "harness_cpu")
     if arg not in (None, "", *variants):
         raise ValueError(f"configs/qwen_coder_0p5b.py: unknown variant {arg!r}; use '' or one of {variants}")
     c = tiny.get_config("dense")
@@ -120,4 +128,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.experiment = ml_collections.ConfigDict(dict(
             arms={}, policies=dict(base=dict(checkpoint=imported), sft=dict(checkpoint="sft")),
             evaluations=dict(validation=dict(tasks=12)), pairs=("sft:base",)))
+    if arg == "harness_cpu":
+        # A mini-swe-agent demonstration is ~1,200 Qwen tokens (its prompt is ~900), a native one
+        # 650-1,000: one row of 1,536 a step, at the CPU BugFix SFT's rates
+        c.rl.row_len = 1536
+        c.sft.update(demos=32, batch_rows=1)
+        c.sft.optim.update(steps=32, warmup_steps=2, lr=5e-5, embed_lr_scale=20.0)
+        c.rollout.update(slots=4, prefill_buckets=(128, 512), turn_budget=256, max_turns=6)
+        c.rl.env_max_turns = 6
+        c.eval_rollout.temperature = 0.0
+        c.experiment = ml_collections.ConfigDict(dict(
+            arms={},
+            sft=dict(sft_native={}, sft_mixed=dict(sft=dict(harnesses=("native", "mini_swe_agent")))),
+            policies=dict(native_sft=dict(checkpoint="sft_native"), mixed_sft=dict(checkpoint="sft_mixed")),
+            evaluations=dict(native=dict(tasks=8),
+                             mini_swe_agent=dict(tasks=8, rl=dict(harness="mini_swe_agent"))),
+            pairs=("mixed_sft:native_sft",)))
     return c

@@ -183,6 +183,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             copy_warmup=0,  # steps of copy drills before the demonstrations (rl/drills.py)
             init_from="",  # a checkpoints directory (e.g. mid-training's) to start from
             batch_rows=8,
+            harnesses=("native",),  # and/or "mini_swe_agent": demonstrations in that harness's format
             # embed_lr_scale: the embedding's and head's step relative to lr (train/optim.py)
             optim=dict(steps=300, lr=3e-3, warmup_steps=20, min_lr_ratio=0.1, weight_decay=0.0, b1=0.9,
                        b2=0.95, eps=1e-8, clip_norm=1.0, embed_lr_scale=1.0),

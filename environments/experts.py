@@ -95,6 +95,39 @@ def expert_plan(task: Task, *, verify: bool = False, lines_per_read: int = 60) -
     return actions + [format_tool_call("submit")]
 
 
+SUBMIT_COMMAND = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"  # mini-swe-agent's end of a task
+
+
+def shell_plan(task: Task, lines_per_read: int = 60) -> list[tuple[str, str]]:
+    """The same expert through a bash-only harness (mini-swe-agent): (thought, command) turns
+    that read the code with `nl -ba FILE | sed -n 'A,Bp'` (the harness's own advice), make each
+    minimal edit with a Python one-shot (`str.replace` of the exact old text, so quoting never
+    breaks the command), then end with the harness's submit command."""
+    if "reference_files" not in task.metadata:
+        raise NoExpertError(f"{task.task_id} has no reference solution to demonstrate")
+    reference = json.loads(task.metadata["reference_files"])
+    turns = []
+    for path in sorted(reference):
+        n = len(task.files.get(path, "").splitlines())
+        if "hint_line" in task.metadata:
+            line = int(task.metadata["hint_line"])
+            ranges = [(max(1, line - HINT_CONTEXT), line + HINT_CONTEXT)]
+        else:
+            ranges = [(s, min(s + lines_per_read - 1, n)) for s in range(1, n + 1, lines_per_read)]
+        turns += [(f"Let me read lines {a}-{b} of {path}.", f"nl -ba {path} | sed -n '{a},{b}p'") for a, b in ranges]
+        before = task.files.get(path)
+        edits = minimal_edits(before, reference[path]) if before else []
+        if before is None or any(not old for old, _ in edits):
+            turns.append((f"Writing {path}.", f"python3 - <<'EOF'\nimport pathlib\n"
+                          f"pathlib.Path({path!r}).write_text({reference[path]!r})\nEOF"))
+            continue
+        for old, new in edits:
+            turns.append((f"Fixing {path}: {old.strip()!r} should be {new.strip()!r}.",
+                          f"python3 - <<'EOF'\nimport pathlib\np = pathlib.Path({path!r})\n"
+                          f"p.write_text(p.read_text().replace({old!r}, {new!r}, 1))\nEOF"))
+    return turns + [("The fix is in place; submitting.", SUBMIT_COMMAND)]
+
+
 def answer_key_plan(task: Task, key=None) -> list[str]:
     """Write the task's answer key and submit: a grading check, NEVER a demonstration (see the
     module docstring). `key`: an `answer_key.AnswerKey` already built for the task (building

@@ -14,7 +14,7 @@ import environments  # noqa: F401 - registers the environments
 from composer_jax.harness import format_tool_call
 from composer_jax.harness import special_tokens as st
 from composer_jax.sandbox.files import Quota
-from environments.experts import NoExpertError, expert_plan, null_plan, run_plan
+from environments.experts import SUBMIT_COMMAND, NoExpertError, expert_plan, null_plan, run_plan, shell_plan
 from environments.suites import make_suite
 from fs_snapshot import tree
 
@@ -67,6 +67,31 @@ def test_expert_reads_around_a_hinted_line():
         assert t.turns[0][1] == read and t.reward == 1.0, task_id
         assert f"{line:>5}\t" in t.turns[1][0]  # the hinted line is in what the expert read
     env.close()
+
+
+def test_shell_expert_solves_through_the_sandbox_shell():
+    """The bash-only expert (mini-swe-agent's demonstrations) played through `CodingEnv.shell`,
+    the sandbox a harness's commands run in: every command succeeds, the read shows the hinted
+    line, and the grader scores the workspace 1 (a quoting slip in an edit would score 0)."""
+    cases = [("BugFix", {"max_bugs": 1, "hint_line": True}, "validation", 3),
+             ("BugFix", {}, "validation", 2), ("Implement", {}, "validation", 2)]
+    for suite_name, options, split, n in cases:
+        env = gym.make(f"composer/{suite_name}-v0", split=split, suite_options=options)
+        ids = env.unwrapped.suite.task_ids(split)
+        for task_id in ids[::max(1, len(ids) // n)][:n]:
+            env.reset(options={"task_id": task_id})
+            task = env.unwrapped.task
+            plan = shell_plan(task)
+            assert plan[-1][1] == SUBMIT_COMMAND
+            outputs = [env.unwrapped.shell(command) for _, command in plan[:-1]]
+            assert all(code == 0 for _, code in outputs), (task_id, outputs)
+            if "hint_line" in task.metadata:
+                assert f"{int(task.metadata['hint_line']):>6}\t" in outputs[0][0], (task_id, outputs[0])
+            _, reward, terminated, _, info = env.step(format_tool_call("submit"))
+            assert terminated and reward == 1.0, (task_id, info.get("grading_details"))
+        env.close()
+    with pytest.raises(NoExpertError):
+        shell_plan(make_suite("Implement").get(make_suite("Implement").task_ids("train")[0]))
 
 
 def test_expert_transcript_is_sft_ready():

@@ -14,7 +14,7 @@ from composer_jax.config_loading import load_config
 from composer_jax.errors import ConfigError
 from composer_jax.experiments import pool, records
 from composer_jax.experiments.config import ExperimentConfig
-from composer_jax.experiments.run import check_engine_fields, first_difference, stage
+from composer_jax.experiments.run import check_engine_fields, first_difference, sft_config, stage
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RECIPES = ["configs/rl_longhorizon.py", "configs/rl_longhorizon.py:masked,hops=2", "configs/rl_bugfix.py:drills,methods",
@@ -22,7 +22,7 @@ RECIPES = ["configs/rl_longhorizon.py", "configs/rl_longhorizon.py:masked,hops=2
            "configs/rl_horizon.py:greedy,no_harness,long_tasks=8", "configs/rl_horizon.py:mix",
            "configs/qwen_coder_0p5b.py:bugfix", "configs/qwen_coder_0p5b.py:bugfix_h200",
            "configs/qwen_coder_0p5b.py:realrepos_cpu", "configs/qwen_coder_0p5b.py:realrepos_h200",
-           "configs/rl_bugfix.py:realrepos"]
+           "configs/rl_bugfix.py:realrepos", "configs/qwen_coder_0p5b.py:harness_cpu"]
 
 
 @pytest.mark.parametrize("spec", RECIPES)
@@ -70,6 +70,22 @@ def test_recipe_variants_carry_the_settings_behind_the_results():
     assert [rr[k].to_dict() for k in ("sft", "experiment")] == [h200[k].to_dict() for k in ("sft", "experiment")]
     assert (rr.rl.steps, rr.rl.optim.lr, rr.rl.env_id, dict(rr.rl.suite_options)) == (
         4, 3e-6, "composer/RealRepos-v0", dict(max_bugs=1))
+    hc = load_config("configs/qwen_coder_0p5b.py:harness_cpu")  # two SFT runs apart only in whose format
+    native, mixed = (sft_config(hc, hc.experiment.sft[n]) for n in ("sft_native", "sft_mixed"))
+    assert (native.sft.harnesses, mixed.sft.harnesses) == (("native",), ("native", "mini_swe_agent"))
+    native.sft.harnesses = mixed.sft.harnesses
+    assert native.to_dict() == mixed.to_dict()
+    assert hc.experiment.evaluations.mini_swe_agent.rl.harness == "mini_swe_agent" and hc.rl.harness == "native"
+
+
+def test_a_bad_sft_run_is_named_before_any_stage(tmp_path):
+    from composer_jax.experiments.run import run_experiment
+
+    c = load_config("configs/qwen_coder_0p5b.py:harness_cpu")
+    c.experiment.sft.sft_mixed.sft.harnesses = ("native", "bash")
+    with pytest.raises(ConfigError, match=r"sft.harnesses=\('native', 'bash'\)"):
+        run_experiment(c, tmp_path / "work", str(tmp_path / "out.json"), [])
+    assert not (tmp_path / "work").exists()
 
 
 def _exp(**changes):

@@ -14,11 +14,13 @@ import pytest
 
 from composer_jax.config_loading import load_config
 from composer_jax.harness.protocol import format_tool_call
-from composer_jax.rl import train
+from composer_jax.model.config import ModelConfig
+from composer_jax.rl import sft, train
 from composer_jax.rl.cursor import RunCursor
 from composer_jax.rl.envs import local_factory, task_ids
 from composer_jax.rl.harness_loop import HarnessLoop
 from composer_jax.rl.learner import Learner, full_state
+from environments.experts import shell_plan
 from environments.suites import make_suite
 from scripted_engine import ScriptedEngine  # tests/scripted_engine.py
 
@@ -72,3 +74,28 @@ def test_mini_swe_agent_sessions_are_graded_and_trained():
     assert m["max_abs_logp_diff"] < 1e-5
     after = jax.tree.map(np.asarray, full_state(result.state))
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)))
+
+
+def test_expert_demonstrations_in_mini_swe_agent_format_train_its_replies():
+    """SFT data in the harness's own format (sft.harnesses): the scripted expert's sessions
+    through the endpoint pass, continue their recorded ids (one segment each), and SFT trains
+    exactly the expert's replies, its `bash` calls, not the harness's prompts or the outputs."""
+    # turn_budget 1024: an expert reply fits, and the window keeps room for every turn (no summary)
+    config = load_config("configs/tiny.py:test", OVERRIDES + ["rollout.turn_budget=1024",
+                                                              'sft.harnesses=("native", "mini_swe_agent")'])
+    ids = task_ids(config.rl, "train")[:2]
+    episodes = train.demonstrations(config, ids)
+    assert len(episodes) == 4 and [ep.task_id for ep in episodes] == ids + ids
+    tok = train.load_tokenizer(config.rl)
+    for ep in episodes[2:]:
+        plan = shell_plan(make_suite("BugFix").get(ep.task_id))
+        assert ep.reward == 1.0 and ep.info["harness_exit"] == "Submitted", ep.info
+        assert ep.info["harness_commands"] == len(plan) and len(ep.segments) == 1
+        (seq,) = sft.demo_sequences([ep])
+        trained = tok.decode(seq.tokens[seq.loss_mask > 0].tolist())
+        for thought, command in plan:
+            assert thought in trained and json.dumps(command)[1:-1] in trained
+        assert "<returncode>" not in trained and "helpful assistant" not in trained
+        assert "<returncode>" in tok.decode(seq.tokens.tolist())
+    native = sft.demo_sequences(episodes[:2])
+    assert all('"name": "bash"' not in tok.decode(s.tokens.tolist()) for s in native)

@@ -1,6 +1,8 @@
 """The one optimiser update (train/update.py) of mid-training, SFT and RL: micro-batch
 accumulation equals the whole batch, a non-finite step changes nothing, and the embedding /
 head step scale touches only those parameters."""
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -56,3 +58,31 @@ def test_embed_lr_scale_multiplies_only_the_vocabulary_step():
     np.testing.assert_allclose(scaled.params["embed_vd"] - start.params["embed_vd"],
                                3.0 * (plain.params["embed_vd"] - start.params["embed_vd"]), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(scaled.params["w"], plain.params["w"])
+
+
+def _sft_step_temp_bytes(remat: str) -> int:
+    from composer_jax.config_loading import load_config
+    from composer_jax.model.config import ModelConfig
+    from composer_jax.model.create import abstract_model
+    from composer_jax.rl import sft
+    from composer_jax.sharding import make_mesh
+    from composer_jax.train.checkpoint import abstract_train_state
+    from composer_jax.train.optim import make_optimizer
+
+    c = load_config("configs/tiny.py:dense", [f"model.remat={remat}", "model.n_layers=8", "model.max_seq_len=2048",
+                                               "mesh.data=1", "mesh.fsdp=1"])
+    cfg, mesh, tx = ModelConfig.from_config(c.model), make_mesh(c.mesh, jax.devices()[:1]), make_optimizer(c.sft.optim)
+    graphdef, _ = abstract_model(cfg)
+    with jax.set_mesh(mesh):
+        state = abstract_train_state(cfg, mesh, tx)
+        rows = {k: jax.ShapeDtypeStruct((1, 2048), jnp.float32 if k == "loss_mask" else jnp.int32)
+                for k in ("tokens", "positions", "segment_ids", "loss_mask")}
+        return sft.make_sft_step(graphdef, tx).lower(state, rows).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_remat_saves_memory_on_cpu():
+    """XLA:CPU's concurrency-ordered scheduler keeps every layer's recomputed activations live,
+    so remat saved 2% of an SFT step's temporaries (and a Qwen-0.5B step on one 1,536-token row
+    ran out of 24 GB); composer_jax's import asks for the memory-aware order (24% saved here)."""
+    assert "xla_cpu_enable_concurrency_optimized_scheduler=false" in os.environ["XLA_FLAGS"]
+    assert _sft_step_temp_bytes("full") < 0.85 * _sft_step_temp_bytes("none")

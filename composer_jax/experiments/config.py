@@ -5,8 +5,9 @@ episode by episode. Every recipe setting lives in the config file; the runner
 
     experiment = ExperimentConfig.from_config(config.experiment)
 
-    sft:         SFT run -> rollout overrides its demonstrations play under ("sft" is plain SFT;
-                 e.g. "sft_harness": {"compaction": "harness"})
+    sft:         SFT run -> rollout overrides its demonstrations play under, and under the key
+                 "sft" its sft.* overrides ("sft" is plain SFT; e.g. "sft_harness":
+                 {"compaction": "harness"}, "sft_mixed": {"sft": {"harnesses": [...]}})
     arms:        RL arm -> {sft: the SFT run it starts from, rl: rl.* overrides, rollout: rollout.*}
     policies:    evaluated policy -> {checkpoint: an SFT run, an arm or a checkpoints directory,
                  rollout: overrides it is evaluated under}

@@ -134,11 +134,19 @@ def tokenizer_stage(c, work: pathlib.Path, log=print) -> dict:
     return stage(work, "tokenizer", parts, produce, log)
 
 
-def sft_stage(c, work: pathlib.Path, name: str, rollout: dict, tok_identity: str, log=print) -> dict:
+def sft_config(c, overrides: dict):
+    """The config an SFT run of experiment.sft trains under: its rollout.* overrides, and its
+    sft.* ones under the key "sft"."""
+    cs, rollout = copy.deepcopy(c), dict(overrides)
+    cs.sft.update(rollout.pop("sft", {}))
+    cs.rollout.update(rollout)
+    return cs
+
+
+def sft_stage(c, work: pathlib.Path, name: str, overrides: dict, tok_identity: str, log=print) -> dict:
     from composer_jax.rl.train import run_sft
 
-    cs = copy.deepcopy(c)
-    cs.rollout.update(rollout)
+    cs = sft_config(c, overrides)
     parts = train_parts(cs, SFT_RL_FIELDS, tokenizer=tok_identity)
     demos = work / f"demos_{name}_{_digest(parts)}.pkl"  # the demonstrations of these parts only
     return stage(work, name, parts, lambda: run_sft(cs, work / name, demos_cache=demos, log=log), log)
@@ -218,7 +226,10 @@ class Evaluator:
             with jax.set_mesh(run.mesh):
                 run.engine.set_params(load_params(run.config, checkpoint, run.model_cfg, run.mesh, run.tx))
             self.loaded = checkpoint
-        loop = make_loop(self.c, run.engine, run.tokenizer, self.envs.factory(rl_cfg, "validation"))
+        c = copy.deepcopy(self.c)
+        with c.unlocked():
+            c.rl = rl_cfg  # the set's rl.*: its harness (rl.harness) plays it
+        loop = make_loop(c, run.engine, run.tokenizer, self.envs.factory(rl_cfg, "validation"))
         loop.rollout = dataclasses.replace(loop.rollout, **rollout)
         t = time.perf_counter()
         try:
@@ -318,6 +329,8 @@ def run_experiment(c, work: pathlib.Path, out: str, command: list[str], log=prin
 
     validate(c)
     exp = ExperimentConfig.from_config(c.experiment)
+    for overrides in exp.sft.values():  # a bad SFT run is named before any stage runs
+        validate(sft_config(c, overrides))
     check_engine_fields(exp)
     work.mkdir(parents=True, exist_ok=True)
     given = c  # the recipe as written: the record's config (rl.tokenizer below is a path in this workdir)

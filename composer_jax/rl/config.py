@@ -127,6 +127,9 @@ class SFTConfig:
     target_tasks: int = 32
     target_every: int = 10
     target_from: int = 0
+    # Whose format the demonstrations are in: our agent loop's ("native") and/or mini-swe-agent's
+    # through the endpoint (rl/harness_demos.py); each demonstrated task is played in each
+    harnesses: tuple[str, ...] = ("native",)
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any]) -> SFTConfig:
@@ -139,7 +142,11 @@ class SFTConfig:
             raise ConfigError(f"sft.target_reward={out.target_reward}: needs target_tasks >= 1 "
                               f"(is {out.target_tasks}), target_every >= 1 (is {out.target_every}) and "
                               f"0 <= target_from < sft.optim.steps (is {out.target_from}, steps {out.optim.steps})")
-        return out
+        harnesses = (out.harnesses,) if isinstance(out.harnesses, str) else tuple(out.harnesses)
+        if not harnesses or len(set(harnesses)) < len(harnesses) or \
+                not set(harnesses) <= {"native", "mini_swe_agent"}:
+            raise ConfigError(f"sft.harnesses={harnesses!r}: name 'native' and/or 'mini_swe_agent', once each")
+        return dataclasses.replace(out, harnesses=harnesses)
 
 
 @dataclasses.dataclass(frozen=True)

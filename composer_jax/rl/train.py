@@ -36,6 +36,7 @@ from composer_jax.fleet import FleetConfig, FleetUnavailableError
 from composer_jax.fleet.learner_bridge import run_learner
 from composer_jax.model.config import ModelConfig
 from composer_jax.model.create import abstract_model, create_sharded
+from composer_jax.rl import harness_demos
 from composer_jax.rl import judge as judge_lib
 from composer_jax.rl import sft
 from composer_jax.rl.agent import AgentLoop
@@ -254,17 +255,24 @@ def target_verdict(checks: list[dict], target: float, steps: int) -> tuple[bool,
 
 
 def demonstrations(config, ids: list[str], make_env=None) -> list:
-    """The scripted expert's episode on each task through the real harness and environments
-    (`make_env`: default local envs of rl.env_id), tokenised as the policy would see them; no
-    model runs (TeacherForcedOnly)."""
+    """The scripted expert's episode on each task through each harness of `sft.harnesses` (ours,
+    and mini-swe-agent through the endpoint) and the real environments (`make_env`: default local
+    envs of rl.env_id), tokenised as the policy would see them; no model runs."""
     model_cfg = ModelConfig.from_config(config.model)
     rollout = rollout_config(config)
-    loop = AgentLoop(TeacherForcedOnly(model_cfg, rollout), load_tokenizer(config.rl), rollout,
-                     make_env or local_factory(config.rl), make_policy=demo_policy(config.rl))
-    try:
-        return loop.run([{"options": {"task_id": t}} for t in ids], progress="demonstrations")
-    finally:
-        loop.close()
+    tok, make_env = load_tokenizer(config.rl), make_env or local_factory(config.rl)
+    out = []
+    if "native" in SFTConfig.from_config(config.sft).harnesses:
+        loop = AgentLoop(TeacherForcedOnly(model_cfg, rollout), tok, rollout, make_env,
+                         make_policy=demo_policy(config.rl))
+        try:
+            out += loop.run([{"options": {"task_id": t}} for t in ids], progress="demonstrations")
+        finally:
+            loop.close()
+    if "mini_swe_agent" in SFTConfig.from_config(config.sft).harnesses:  # the same tasks in its format
+        out += harness_demos.demonstrations(model_cfg, rollout, tok, make_env, ids,
+                                            step_limit=int(config.rl.env_max_turns))
+    return out
 
 
 def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None = None,
