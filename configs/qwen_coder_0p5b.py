@@ -114,29 +114,30 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.rl.update(env_id="composer/RealRepos-v0", env_max_turns=12)
         c.rl.suite_options = dict(max_bugs=1)
         c.rollout.update(max_turns=12, max_segments=3)
+    if arg in ("realrepos_cpu", "harness_cpu"):  # SFT, then greedy evaluations, on a 2-core CPU
+        # the CPU BugFix SFT's settings (docs/results/rl_bugfix.md): one row a step
+        c.sft.batch_rows = 1
+        c.sft.optim.update(warmup_steps=2, lr=5e-5, embed_lr_scale=20.0)
+        c.eval_rollout.temperature = 0.0
     if arg == "realrepos_cpu":
         # The expert's demonstrations are 650-1,000 Qwen tokens (p50 759 on 24 train tasks), so
-        # one row of 1,152 a step; the CPU BugFix SFT's settings (docs/results/rl_bugfix.md)
+        # one row of 1,152 a step
         c.rl.row_len = 1152
-        c.sft.update(demos=48, batch_rows=1)
-        c.sft.optim.update(steps=24, warmup_steps=2, lr=5e-5, embed_lr_scale=20.0)
+        c.sft.demos, c.sft.optim.steps = 48, 24
         # 12 slots of 128/512-token prefills fit the 24 GB machine; 8 turns of 256 tokens bound
         # an episode of a base policy that never calls a tool
         c.rollout.update(slots=12, prefill_buckets=(128, 512), turn_budget=256, max_turns=8)
         c.rl.env_max_turns = 8
-        c.eval_rollout.temperature = 0.0
         c.experiment = ml_collections.ConfigDict(dict(
             arms={}, policies=dict(base=dict(checkpoint=imported), sft=dict(checkpoint="sft")),
             evaluations=dict(validation=dict(tasks=12)), pairs=("sft:base",)))
     if arg == "harness_cpu":
-        # A mini-swe-agent demonstration is ~1,200 Qwen tokens (its prompt is ~900), a native one
-        # 650-1,000: one row of 1,536 a step, at the CPU BugFix SFT's rates
+        # A mini-swe-agent demonstration is 1,160-1,420 Qwen tokens (its prompt is ~900), a native
+        # one 450-670: one row of 1,536 a step
         c.rl.row_len = 1536
-        c.sft.update(demos=32, batch_rows=1)
-        c.sft.optim.update(steps=32, warmup_steps=2, lr=5e-5, embed_lr_scale=20.0)
+        c.sft.demos, c.sft.optim.steps = 32, 32
         c.rollout.update(slots=4, prefill_buckets=(128, 512), turn_budget=256, max_turns=6)
         c.rl.env_max_turns = 6
-        c.eval_rollout.temperature = 0.0
         c.experiment = ml_collections.ConfigDict(dict(
             arms={},
             sft=dict(sft_native={}, sft_mixed=dict(sft=dict(harnesses=("native", "mini_swe_agent")))),

@@ -217,6 +217,7 @@ class Evaluator:
     def __call__(self, checkpoint: str, rl_cfg, ids: list[str], rollout: dict) -> dict:
         import jax
 
+        from composer_jax.rl.harness_loop import HarnessLoop
         from composer_jax.rl.learner import evaluate
         from composer_jax.rl.train import eval_sampling, load_params, make_loop
         from composer_jax.seeds import seeds
@@ -237,6 +238,8 @@ class Evaluator:
                 ev = evaluate(loop, ids, seed=seeds(self.c).eval, outcomes=True, sampling=eval_sampling(self.c))
         finally:
             loop.close()
+        if isinstance(loop, HarnessLoop):  # a third-party harness: how its sessions ended, commands run
+            ev["harness"] = dict(loop.stats)
         return dict(ev, wall_s=time.perf_counter() - t)
 
     def close(self) -> None:
