@@ -35,8 +35,8 @@ Variant "harness_cpu": which harness the SFT demonstrations speak decides where 
 work. Two SFT runs from the imported weights on the same 32 train tasks and budget (32 steps of
 one 1,536-token row): our native protocol only, and native plus mini-swe-agent's own format (the
 expert's `bash` sessions recorded through the endpoint, rl/harness_demos.py); both policies greedy
-on the same 8 validation tasks natively and through mini-swe-agent, paired (22 GB of RAM: nothing
-else beside it on a 24 GB machine):
+on the same 8 validation tasks natively and through mini-swe-agent, paired (peak 23 GB resident,
+84 min on a 2-core CPU: nothing else beside it on a 24 GB machine):
   python -m composer_jax.experiments.run --config configs/qwen_coder_0p5b.py:harness_cpu \
       --workdir runs/qwen_harness_cpu --out benchmarks/results/harness_sft_qwen_cpu.json
 """
