@@ -34,6 +34,7 @@ import pathlib
 import sys
 import time
 
+from composer_jax import memory_aware_cpu_schedule
 from composer_jax.config_loading import load_config, split_overrides
 from composer_jax.errors import ConfigError
 from composer_jax.experiments import records
@@ -367,6 +368,7 @@ def run_experiment(c, work: pathlib.Path, out: str, command: list[str], log=prin
 
 
 def main(argv=None):
+    memory_aware_cpu_schedule()  # before jax starts its backend
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="path.py[:variant] with an `experiment` block")
     p.add_argument("--workdir", required=True)

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from composer_jax import memory_aware_cpu_schedule
 from composer_jax.checkpoints import store
 from composer_jax.config_loading import apply_override, load_config, split_overrides
 from composer_jax.data.tokenizer import Tokenizer
@@ -496,6 +497,7 @@ def evaluate_policy(config, init_from: str, suites: dict[str, str], tasks: int, 
 
 
 def main(argv=None):
+    memory_aware_cpu_schedule()  # before jax starts its backend
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
     p.add_argument("--workdir", required=True)

@@ -16,6 +16,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from composer_jax import memory_aware_cpu_schedule
 from composer_jax.config_schema import validate
 from composer_jax.data import layout
 from composer_jax.data.build import build
@@ -39,6 +40,7 @@ def ensure_data(config, data_dir: pathlib.Path, progress: bool) -> None:
 
 
 def main(argv) -> None:
+    memory_aware_cpu_schedule()  # before jax starts its backend
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
