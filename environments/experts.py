@@ -116,7 +116,7 @@ def shell_plan(task: Task, lines_per_read: int = 60) -> list[tuple[str, str]]:
             ranges = [(s, min(s + lines_per_read - 1, n)) for s in range(1, n + 1, lines_per_read)]
         turns += [(f"Let me read lines {a}-{b} of {path}.", f"nl -ba {path} | sed -n '{a},{b}p'") for a, b in ranges]
         before = task.files.get(path)
-        edits = minimal_edits(before, reference[path]) if before else []
+        edits = minimal_edits(before, reference[path]) if before is not None else []
         if before is None or any(not old for old, _ in edits):
             turns.append((f"Writing {path}.", f"python3 - <<'EOF'\nimport pathlib\n"
                           f"pathlib.Path({path!r}).write_text({reference[path]!r})\nEOF"))

@@ -262,15 +262,15 @@ def demonstrations(config, ids: list[str], make_env=None) -> list:
     model_cfg = ModelConfig.from_config(config.model)
     rollout = rollout_config(config)
     tok, make_env = load_tokenizer(config.rl), make_env or local_factory(config.rl)
-    out = []
-    if "native" in SFTConfig.from_config(config.sft).harnesses:
+    harnesses, out = SFTConfig.from_config(config.sft).harnesses, []
+    if "native" in harnesses:
         loop = AgentLoop(TeacherForcedOnly(model_cfg, rollout), tok, rollout, make_env,
                          make_policy=demo_policy(config.rl))
         try:
             out += loop.run([{"options": {"task_id": t}} for t in ids], progress="demonstrations")
         finally:
             loop.close()
-    if "mini_swe_agent" in SFTConfig.from_config(config.sft).harnesses:  # the same tasks in its format
+    if "mini_swe_agent" in harnesses:  # the same tasks in its format
         out += harness_demos.demonstrations(model_cfg, rollout, tok, make_env, ids,
                                             step_limit=int(config.rl.env_max_turns))
     return out
