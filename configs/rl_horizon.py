@@ -7,7 +7,8 @@ context, at tiny scale on CPU (docs/results/horizon.md), run by composer_jax/exp
    python -m composer_jax.experiments.pool)
 
 1. A 1k BPE on the suite's expert transcripts (every secret word, path and register one token).
-2. SFT (copy drills, then the imperfect demonstrator's runs) on the 4-note tier; a second SFT run
+2. SFT (copy drills, then the imperfect demonstrator's runs) on the 4-note tier, up to a target
+   reward on held-back tasks (so RL has room to improve); a second SFT run
    whose demonstrations play under harness compaction, for the harness arm.
 3. The same RL budget from SFT per arm, with a length curriculum (2, 4, then 8 notes):
      trained   summary tokens trained with the episode's advantage
@@ -18,10 +19,19 @@ context, at tiny scale on CPU (docs/results/horizon.md), run by composer_jax/exp
    policies: none (the trained policy without resets: truncated when its window is full) and
    sft (before RL). Per policy and horizon: pass rate (Wilson 95%), compaction error (facts the
    env said later turns need that a summary dropped), summary tokens, transcript tokens, resets.
-Variants (`:ARG`, a comma list): `trained` / `masked` / `harness` (train that arm alone, side by
-side in one workdir), `hops=N` (the SFT tier; default 4), `drop_key=F` (how often the
-demonstrator's summaries drop the key; default 0.1), `quick` (minutes: the tests). Run 1 of
-docs/results/horizon.md was `:hops=6,drop_key=0.25` (its demonstrator passed 19% of its runs).
+Variants (`:ARG`, a comma list):
+  trained / masked / harness  train that arm alone (side by side in one workdir)
+  hops=N          the SFT tier (default 4)
+  drop_key=F      how often the demonstrator's summaries drop the key (default 0.1)
+  sft_target=F    SFT stops at the first check (every 10 steps from 250) whose reward on held-back
+                  train tasks reaches F (default 0.57, the pipeline's); 0 trains every step
+  mix             SFT and RL tiers mix chain lengths; mix_filler (with mix): 1 task in 4 unpadded
+  code            the tier whose notes are Python modules: app.py imports each register's handler
+  greedy, no_harness, long_tasks=N   greedy evaluation; skip the harness arm; tasks at 30x, 100x
+  quick           minutes: the tests
+Runs of docs/results/horizon.md: run 1 `:hops=6,drop_key=0.25,sft_target=0`, run 2
+`:sft_target=0`, run 3 `:mix,drop_key=0.02,greedy,no_harness,long_tasks=16,sft_target=0` (runs
+1-3 predate the SFT target), run 4 `:mix,mix_filler,drop_key=0.05,greedy,no_harness,long_tasks=16`.
 
 The task: follow a chain of notes, each setting one of 2 registers (later notes overwrite
 earlier ones), and write the access key (first note) and both registers' last values. The state
@@ -46,6 +56,10 @@ CURRICULUM = ({"hops": 2}, {"hops": 4}, {"hops": 8})  # RL's length curriculum, 
 # after which the policy stops (run 2's policies stop after about as many notes as they trained on)
 MIX_SFT = (2, 4, 8, 16)
 MIX_CURRICULUM = ({"hops_mix": (2, 4, 8)}, {"hops_mix": (4, 8, 16)})
+# `:mix_filler`: 1 task in 4 has unpadded notes, so acting right after a tool result (no reset
+# between) is demonstrated and trained: the 1x tier (2 unpadded notes), 0/16 for every run-3 policy
+FILLER_MIX = (8, 8, 8, 0)
+CODE_FILLER = 4  # `:code`: filler functions per module (see get_config)
 
 
 def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> ml_collections.ConfigDict:
@@ -64,7 +78,8 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1, trained=False, masked=False, harness=False,
-                                     greedy=False, long_tasks=4, no_harness=False, mix=False),
+                                     greedy=False, long_tasks=4, no_harness=False, mix=False,
+                                     mix_filler=False, code=False, sft_target=0.57),
                       "configs/rl_horizon.py")
     if not 0 <= v["drop_key"] <= 1:
         raise ValueError(f"configs/rl_horizon.py: drop_key={v['drop_key']} must be in [0, 1]")
@@ -87,6 +102,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                  copy_warmup=20 if quick else 300)
     c.sft.optim.update(steps=20 if quick else 400, lr=3e-3, warmup_steps=10 if quick else 50,
                        min_lr_ratio=0.1)
+    if not quick:  # SFT stops at this held-back reward (checked every 10 steps from 250); 0 = every step
+        c.sft.target_reward = v["sft_target"]
     c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, slots=24,
                      prefill_buckets=(64, 256), temperature=1.0)
     if v["mix"]:
@@ -95,6 +112,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.rl.suite_options.hops_mix = MIX_SFT
         c.rl.curriculum = MIX_CURRICULUM
         c.sft.optim.steps = 800  # the mix has 1.5x the sequences; at 400 steps (loss 0.068) summaries miscopy the key
+    if v["mix_filler"]:
+        if not v["mix"]:
+            raise ValueError("configs/rl_horizon.py: mix_filler needs mix")
+        c.rl.suite_options.filler_mix = FILLER_MIX
+    if v["code"]:  # the same chains as Python modules: carry each register's handler and its module
+        # A code line is ~14 tokens (prose ~12) and a summary's handler line ~22 (a register's ~17):
+        # at 8 filler lines a module read after a reset no longer fits beside the summary (the
+        # observation is cut and the chain lost); at 4, and with summaries of up to 80 tokens, it does.
+        c.rl.suite_options.update(carry="code", filler_lines=CODE_FILLER)
+        if v["mix_filler"]:
+            c.rl.suite_options.filler_mix = tuple(min(f, CODE_FILLER) for f in FILLER_MIX)
+        c.rollout.summary_budget = 80
     if v["greedy"]:
         c.eval_rollout.temperature = 0.0
     if v["long_tasks"] < 1:
@@ -126,8 +155,10 @@ def horizon_set(c: ml_collections.ConfigDict, mult: int, tasks: int) -> dict:
     """The held-out set of a horizon: that tier's tasks (the expert drops no key there) under
     the tier's caps (experiment.evaluations of the config)."""
     hops, filler = HORIZONS[mult]
+    if c.rl.suite_options.carry == "code":
+        filler = min(filler, CODE_FILLER)
     caps = tier(copy.deepcopy(c), hops, filler)
-    return dict(tasks=tasks, x=mult, suite_options=dict(hops=hops, hops_mix=(), filler_lines=filler,
+    return dict(tasks=tasks, x=mult, suite_options=dict(hops=hops, hops_mix=(), filler_mix=(), filler_lines=filler,
                                                               expert_drop_key=0.0),
                 rl=dict(env_max_turns=caps.rl.env_max_turns),
                 rollout=dict(max_turns=caps.rollout.max_turns, max_segments=caps.rollout.max_segments))

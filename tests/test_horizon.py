@@ -42,6 +42,31 @@ def test_a_mixed_length_suite_interleaves_the_plain_tiers_and_its_caps_cover_the
         with pytest.raises(ValueError, match="hops_mix=.* must be a list of chain lengths"):
             make_suite("LongHorizon", hops_mix=bad)
 
+    padded = make_suite("LongHorizon", hops_mix=[2, 16], filler_mix=[8, 0], filler_lines=8, secrets="words",
+                        carry="registers", registers=2)
+    ids = padded.sample_ids("train", 8)  # within each chain length, padded and unpadded notes in turn
+    assert [i.split("/")[1] for i in ids] == ["h2-f8-w-r2", "h16-f8-w-r2", "h2-f0-w-r2", "h16-f0-w-r2"] * 2
+    assert len(set(padded.task_ids("train"))) == len(padded.task_ids("train"))
+    with_filler, bare = padded.get(ids[0]), padded.get(ids[2])
+    assert len(with_filler.files["docs/start.md"].splitlines()) == 8 + 2
+    assert len(bare.files["docs/start.md"].splitlines()) == 2  # the key line and the pointer
+    with pytest.raises(ValueError, match=r"filler_lines=-1 \(in filler_mix\)"):
+        make_suite("LongHorizon", filler_mix=[8, -1])
+    with pytest.raises(ValueError, match="filler_mix=.* must be a list"):
+        make_suite("LongHorizon", filler_mix=8)
+    with pytest.raises(ValueError, match="mix_filler needs mix"):
+        load_config("configs/rl_horizon.py:mix_filler")
+    c = load_config("configs/rl_horizon.py:mix,mix_filler")
+    validate(c)
+    assert c.rl.suite_options.filler_mix == (8, 8, 8, 0)
+    for name, held_out in c.experiment.evaluations.items():  # held-out sets stay single-filler
+        assert held_out.suite_options.filler_mix == (), name
+
+    code = load_config("configs/rl_horizon.py:mix,mix_filler,code")
+    validate(code)
+    for name, held_out in code.experiment.evaluations.items():  # every set plays the code tier
+        assert {**dict(code.rl.suite_options), **held_out.suite_options}["carry"] == "code", name
+
     c = load_config("configs/rl_horizon.py:mix")
     validate(c)
     longest = max(max(t["hops_mix"]) for t in c.rl.curriculum)

@@ -536,6 +536,43 @@ def test_longhorizon_registers_keep_the_state_bounded_and_name_the_facts_still_n
         make_suite("LongHorizon", secrets="words", carry="registers", registers=5)
 
 
+def test_longhorizon_code_tier_needs_the_handler_and_its_module_read_early():
+    """carry="code": the notes are modules; app.py passes only by importing, under each
+    register's name, the handler function of the last module that handles it. The hidden tests
+    call the handlers, so the module matters as much as the name (one read early, another late)."""
+    from composer_jax.grading import grade
+    from composer_jax.sandbox import get_backend
+    suite = make_suite("LongHorizon", hops=30, filler_lines=4, secrets="words", carry="code", registers=2)
+    ids = suite.task_ids("validation")
+    assert ids[0] == "longhorizon/h30-f4-w-c2/validation-0" and suite.get(ids[0]) == suite.get(ids[0])
+    task = suite.get(ids[0])
+    assert task.files != suite.get("longhorizon/h30-f4-w-r2/validation-0").files
+    order = json.loads(task.metadata["read_order"])
+    assert order[0] == "pkg/start.py" and all(re.fullmatch(r"pkg/[a-z]+_[a-z]+\.py", p) for p in order[1:])
+    handlers = [re.search(r"def (\w+)\(x\): return x \* \d+ \+ \d+  # Note (\d+) of 30: handles `(\w+)`",
+                          task.files[p]).groups() for p in order[1:]]
+    last = {name: (fn, path) for (fn, _, name), path in zip(handlers, order[1:])}
+    key = re.search(r"access key is `(\w+)`", task.files["pkg/start.py"])[1]
+    assert longhorizon.carry_facts(task, order) == [[key], *([r, *last[r]] for r in ("north", "south")),
+                                                     ["This is the last note."]]
+    reference = json.loads(task.metadata["reference_files"])["app.py"]
+    backend = get_backend("bwrap")
+    assert grade(task, task.files, backend).reward == 0.0  # the unfixed app raises
+    assert grade(task, {**task.files, "app.py": reference}, backend).reward == 1.0
+    # The right name from the wrong module (an earlier handler of north) fails north only.
+    fn, path = last["north"]
+    earlier = next(p for (f, _, name), p in zip(handlers, order[1:]) if name == "north" and p != path)
+    other_fn = dict(zip(order[1:], (h[0] for h in handlers)))[earlier]
+    moved = reference.replace(f"from {path[:-3].replace('/', '.')} import {fn} as north",
+                              f"from {earlier[:-3].replace('/', '.')} import {other_fn} as north")
+    res = grade(task, {**task.files, "app.py": moved}, backend)
+    assert res.tests["test_hidden.py::test_register_north"] is False and res.reward == 2 / 3
+    rubric = [item.criterion for item in suite.summary_rubric(task)]
+    assert f"Does the text state that register north is {fn} (defined in {path})?" in rubric
+    with pytest.raises(ValueError, match="carry='code' needs secrets='words'"):
+        make_suite("LongHorizon", carry="code")
+
+
 def test_cache_location_is_configurable(tmp_path, monkeypatch):
     from environments.suites import cache
 

@@ -20,6 +20,13 @@ of R registers (`Note 7 of 60: set `north` to `amber`.`), a later note may overw
 config.py wants the key and every register's last value. The notes live at two-word paths
 (`docs/oak/pine.md`), so a chain can run to 500 notes (~100k tokens with a 1k BPE).
 
+`carry="code"` (word secrets; ids end `-w-cR`) is the registers tier as a Python repository
+whose fix needs code facts read early: the notes are modules (`pkg/oak_pine.py`, filler
+functions around one line that matters), each defining a handler function for one of R
+registers, and `app.py` must import, under each register's name, the handler of the last module
+that handles it (`from pkg.oak_pine import amber as north`). A summary must carry, per
+register, a function name and the module that defines it; the hidden tests call the handlers.
+
 `carry_facts(task, reads)` is what the env knows about the future: after the agent has followed
 the chain to note j, the facts later turns still need (the key, the fragments found, or each
 register's value that no later note overwrites, and the next note). A summary that drops one of
@@ -59,9 +66,10 @@ NOTE_WORDS = (
 ).split()
 REGISTER_NAMES = ("north", "south", "east", "west")
 SECRETS = ("hex", "words")
-CARRY = ("fragments", "registers")
-ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)(-w)?(?:-r(\d))?/(train|validation)-(\d+)$")
+CARRY = ("fragments", "registers", "code")
+ID_PATTERN = re.compile(r"^longhorizon/h(\d+)-f(\d+)(-w)?(?:-([rc])(\d))?/(train|validation)-(\d+)$")
 CONFIG_FILE = "config.py"
+APP_FILE = "app.py"  # carry="code": the file to fix
 # config.py is graded by parsing its literal assignments, never by importing it: importing would
 # run the agent's code (which could read the notes for it) in the grader's process.
 READ_CONFIG = (
@@ -99,12 +107,16 @@ class LongHorizonOptions:
     # The scripted expert (SFT's demonstrator) leaves the access key out of a summary with this
     # probability: an imperfect demonstrator, so RL has a summary habit to improve on.
     expert_drop_key: float = 0.0
-    carry: str = "fragments"  # fragments | registers (see the module docstring)
-    registers: int = 3  # with carry="registers": how many (1-4)
+    carry: str = "fragments"  # fragments | registers | code (see the module docstring)
+    registers: int = 3  # with carry="registers" or "code": how many (1-4)
     # Chain lengths taken in turn (task i has hops_mix[i % k], the (i // k)-th task of that
     # length); () = every task has `hops`. A policy shown one length learns to stop after that
     # many notes; shown several, it learns to stop at "This is the last note."
     hops_mix: tuple[int, ...] = ()
+    # Filler lengths taken in turn within each chain length (task i has filler_mix[(i // k) % m]);
+    # () = every task has `filler_lines`. Shown only padded notes, a policy never sees a tool
+    # result that is not followed by a summary, and fails the unpadded (1x) tier.
+    filler_mix: tuple[int, ...] = ()
     train_size: int = 10_000
     validation_size: int = 200
 
@@ -113,21 +125,26 @@ class LongHorizonOptions:
                 isinstance(h, int) and not isinstance(h, bool) for h in self.hops_mix):
             raise ValueError(f"hops_mix={self.hops_mix!r} must be a list of chain lengths (ints), e.g. [2, 4, 8]")
         object.__setattr__(self, "hops_mix", tuple(self.hops_mix))  # a config gives a list
+        if not isinstance(self.filler_mix, (list, tuple)) or not all(
+                isinstance(f, int) and not isinstance(f, bool) for f in self.filler_mix):
+            raise ValueError(f"filler_mix={self.filler_mix!r} must be a list of filler line counts (ints), e.g. [8, 0]")
+        object.__setattr__(self, "filler_mix", tuple(self.filler_mix))
         for h in (self.hops, *self.hops_mix):
             if not 1 <= h <= 500:
                 raise ValueError(f"hops={h}{' (in hops_mix)' if h != self.hops else ''} must be in [1, 500]")
         if self.hops_mix:  # the shortest chain bounds what every task can hold
             LongHorizonOptions(**{**dataclasses.asdict(self), "hops": min(self.hops_mix), "hops_mix": ()})
             LongHorizonOptions(**{**dataclasses.asdict(self), "hops": max(self.hops_mix), "hops_mix": ()})
-        if not 0 <= self.filler_lines <= 5000:
-            raise ValueError(f"filler_lines={self.filler_lines} must be in [0, 5000]")
+        for f in (self.filler_lines, *self.filler_mix):
+            if not 0 <= f <= 5000:
+                raise ValueError(f"filler_lines={f}{' (in filler_mix)' if f != self.filler_lines else ''} must be in [0, 5000]")
         if self.secrets not in SECRETS:
             raise ValueError(f"secrets={self.secrets!r} must be one of {SECRETS}")
         if self.carry not in CARRY:
             raise ValueError(f"carry={self.carry!r} must be one of {CARRY}")
-        if self.carry == "registers":
+        if self.carry in ("registers", "code"):
             if self.secrets != "words":
-                raise ValueError("carry='registers' needs secrets='words'")
+                raise ValueError(f"carry={self.carry!r} needs secrets='words'")
             if not 1 <= self.registers <= len(REGISTER_NAMES) or self.registers > self.hops:
                 raise ValueError(f"registers={self.registers} must be in [1, {len(REGISTER_NAMES)}] "
                                  f"and <= hops={self.hops}")
@@ -152,13 +169,18 @@ def _pad(rng: random.Random, filler_lines: int, key_lines: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def task_id(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex", registers: int = 0) -> str:
-    """`registers` > 0: a carry="registers" task with that many registers."""
-    tier = f"h{hops}-f{filler_lines}{'-w' if secrets == 'words' else ''}{f'-r{registers}' if registers else ''}"
+def task_id(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex", registers: int = 0,
+            code: bool = False) -> str:
+    """`registers` > 0: a carry="registers" task with that many registers (carry="code" if `code`)."""
+    carry = f"-{'c' if code else 'r'}{registers}" if registers else ""
+    tier = f"h{hops}-f{filler_lines}{'-w' if secrets == 'words' else ''}{carry}"
     return f"longhorizon/{tier}/{split}-{index}"
 
 
-def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex", registers: int = 0) -> Task:
+def make_task(split: str, hops: int, filler_lines: int, index: int, secrets: str = "hex", registers: int = 0,
+              code: bool = False) -> Task:
+    if registers and code:
+        return make_code_task(split, hops, filler_lines, index, registers)
     if registers:
         return make_registers_task(split, hops, filler_lines, index, registers)
     if secrets == "hex":
@@ -275,6 +297,79 @@ def make_registers_task(split: str, hops: int, filler_lines: int, index: int, re
     )
 
 
+CODE_TEMPLATE = (
+    '"""Set ACCESS_KEY to the access key in pkg/start.py, and give each register its handler: import,\n'
+    'under the register\'s name, the function defined by the last note (module) that handles it."""\n')
+
+
+def _code_filler(rng: random.Random, lines: int) -> list[str]:
+    """One-line functions with filler names: code to read past, as in a real module."""
+    return [f"def {rng.choice(WORDS)}_{rng.choice(WORDS)}(x): return x {rng.choice('+-*')} {rng.randint(2, 97)}"
+            for _ in range(lines)]
+
+
+def make_code_task(split: str, hops: int, filler_lines: int, index: int, registers: int) -> Task:
+    """carry="code" (module docstring): module i defines `def <colour>(x): return x * m + c` and
+    says which register it handles; app.py imports each register's last handler."""
+    rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/code{registers}/{index}")
+    key, names = rng.choice(KEY_WORDS), list(REGISTER_NAMES[:registers])
+    sets = [*rng.sample(names, registers), *(rng.choice(names) for _ in range(hops - registers))]
+    handlers = [rng.choice(FRAGMENT_WORDS) for _ in range(hops)]
+    coefficients = rng.sample([(m, c) for m in range(2, 30) for c in range(1, 30)], hops)  # each module computes its own
+    chain = [f"pkg/{a}_{b}.py" for a, b in rng.sample([(a, b) for a in NOTE_WORDS for b in NOTE_WORDS], hops)]
+
+    def module(lines: list[str]) -> str:
+        body = _code_filler(rng, filler_lines)
+        for line in lines:
+            body.insert(rng.randint(0, len(body)), line)
+        return "\n".join(body) + "\n"
+
+    pointer = ["# This is the last note." if i == hops else f"# Next note: {chain[i]}" for i in range(hops + 1)]
+    files = {"pkg/__init__.py": "", "pkg/start.py": module(
+        [f"# The access key is `{key}`. It is written nowhere else.", pointer[0]])}
+    for i, path in enumerate(chain):
+        m, c = coefficients[i]
+        files[path] = module([f"def {handlers[i]}(x): return x * {m} + {c}  # Note {i + 1} of {hops}: handles `{sets[i]}`.",
+                              pointer[i + 1]])
+    last = {r: max(i for i in range(hops) if sets[i] == r) for r in names}
+    files[APP_FILE] = CODE_TEMPLATE + "ACCESS_KEY = ''\n" + "".join(
+        f"\n\ndef {r}(x):\n    raise NotImplementedError('import the handler of `{r}`')\n" for r in names)
+    reference = CODE_TEMPLATE + "".join(
+        f"from {chain[last[r]][:-3].replace('/', '.')} import {handlers[last[r]]} as {r}\n" for r in names
+    ) + f"\nACCESS_KEY = {key!r}\n"
+    files["test_app.py"] = ("import app\n\n\ndef test_app_is_wired():\n"
+                            "    assert isinstance(app.ACCESS_KEY, str) and app.ACCESS_KEY\n"
+                            f"    for name in {names!r}:\n        assert callable(getattr(app, name))\n")
+    hidden = "import app\n\n\n" + "\n\n".join([
+        f"def test_access_key():\n    assert app.ACCESS_KEY == {key!r}\n",
+        *(f"def test_register_{r}():\n    assert [app.{r}(3), app.{r}(10)] == "
+          f"{[3 * coefficients[last[r]][0] + coefficients[last[r]][1], 10 * coefficients[last[r]][0] + coefficients[last[r]][1]]!r}\n"
+          for r in names)])
+
+    def needed(j: int) -> list[list[str]]:  # j notes followed: each register's handler that stays final
+        live = [[r, handlers[last[r]], chain[last[r]]] for r in names if last[r] < j]
+        return [[key], *live, [_next(chain, j)]]
+
+    return Task(
+        task_id=task_id(split, hops, filler_lines, index, "words", registers, code=True),
+        suite="LongHorizon",
+        prompt=(f"Fix {APP_FILE}. Start by reading pkg/start.py and follow the notes to the last one "
+                f"({hops} after the start). Set ACCESS_KEY to the key, and import as each register "
+                f"({', '.join(names)}) the handler of the last note that handles it."),
+        files=files,
+        hidden_tests={"test_hidden.py": hidden},
+        graded_tests=("test_hidden.py::test_access_key", *(f"test_hidden.py::test_register_{r}" for r in names)),
+        observed_files=(APP_FILE,),
+        metadata={
+            "source_id": f"longhorizon-{split}-{index}",
+            "read_order": json.dumps(["pkg/start.py", *chain]),
+            "read_chars": str(sum(len(files[p]) for p in ["pkg/start.py", *chain])),
+            "reference_files": json.dumps({APP_FILE: reference}),
+            "carry_facts": json.dumps([needed(j) for j in range(hops + 1)]),
+        },
+    )
+
+
 def carry_facts(task: Task, reads) -> list[list[str]]:
     """The facts later turns need once the agent has read `reads` (paths, any order): the chain
     counts as followed up to its longest prefix read. Each fact is a list of words that a
@@ -296,10 +391,10 @@ class LongHorizonSuite(TaskSuite):
     def task_ids(self, split: str) -> list[str]:
         check_split(split)
         o = self.options
-        registers = o.registers if o.carry == "registers" else 0
-        mix = o.hops_mix or (o.hops,)
-        return [task_id(split, mix[i % len(mix)], o.filler_lines, i // len(mix), o.secrets, registers)
-                for i in range(self._size(split))]
+        registers = o.registers if o.carry in ("registers", "code") else 0
+        mix, fillers = o.hops_mix or (o.hops,), o.filler_mix or (o.filler_lines,)
+        return [task_id(split, mix[i % len(mix)], fillers[i // len(mix) % len(fillers)], i // len(mix), o.secrets,
+                        registers, o.carry == "code") for i in range(self._size(split))]
 
     def sample_ids(self, split: str, n: int) -> list[str]:
         """The first n: generated tasks are independent draws, in no grouped order."""
@@ -324,19 +419,26 @@ class LongHorizonSuite(TaskSuite):
         if self.options.carry == "registers":  # two-word paths and the register names
             texts += ["\n".join([f"docs/{w}/{v}.md" for w in NOTE_WORDS for v in NOTE_WORDS]
                                 + [f"set `{r}` to {r.upper()} = '{r}'" for r in REGISTER_NAMES] * 8)] * 16
+        if self.options.carry == "code":  # module paths, as files and as imports, and the register names
+            texts += ["\n".join([f"pkg/{w}_{v}.py from pkg.{w}_{v} import" for w in NOTE_WORDS for v in NOTE_WORDS]
+                                + [f"handles `{r}` as {r}\ndef {r}(x):" for r in REGISTER_NAMES] * 8)] * 16
         return texts
 
     def summary_rubric(self, task: Task) -> list:
         """Did a summary keep what the run needs to continue: the key and the fragments found?"""
         from composer_jax.rl.judge import RubricItem
 
-        reference = json.loads(task.metadata["reference_files"])[CONFIG_FILE]
-        key = reference.split("ACCESS_KEY = ")[1].split("\n")[0].strip("'\"")
-        if "FRAGMENTS = " not in reference:  # registers: the key and each register's final value
-            (_, *registers, _) = json.loads(task.metadata["carry_facts"])[-1]
+        reference = json.loads(task.metadata["reference_files"])
+        if CONFIG_FILE not in reference or "FRAGMENTS = " not in reference[CONFIG_FILE]:
+            # registers (code): the key and each register's final value (handler and its module)
+            ([key], *registers, _) = json.loads(task.metadata["carry_facts"])[-1]
             return [RubricItem(f"Does the text state the access key {key}?", "essential"),
-                    *(RubricItem(f"Does the text state that register {r} is {v}?", "important") for r, v in registers),
+                    *(RubricItem(f"Does the text state that register {r} is {v[0]}"
+                                 f"{f' (defined in {v[1]})' if len(v) > 1 else ''}?", "important")
+                      for r, *v in registers),
                     RubricItem("Does the text invent an access key other than " + key + "?", "pitfall")]
+        reference = reference[CONFIG_FILE]
+        key = reference.split("ACCESS_KEY = ")[1].split("\n")[0].strip("'\"")
         fragments = reference.split("FRAGMENTS = ")[1].split("\n")[0].strip("'\"").split("-")
         items = [RubricItem(f"Does the text state the access key {key}?", "essential")]
         items += [RubricItem(f"Does the text mention the fragment `{f}`?", "important") for f in fragments]
@@ -348,8 +450,9 @@ class LongHorizonSuite(TaskSuite):
         match = ID_PATTERN.match(task_id)
         if not match:
             raise self.unknown(task_id)
-        hops, filler, split, index = int(match[1]), int(match[2]), match[5], int(match[6])
-        secrets, registers = "words" if match[3] else "hex", int(match[4] or 0)
+        hops, filler, split, index = int(match[1]), int(match[2]), match[6], int(match[7])
+        secrets, carry, registers = ("words" if match[3] else "hex", {"r": "registers", "c": "code"}.get(match[4], "fragments"),
+                                     int(match[5] or 0))
         LongHorizonOptions(hops=hops, filler_lines=filler, secrets=secrets,  # validates the ranges
-                           carry="registers" if match[4] else "fragments", registers=registers or 3)
-        return make_task(split, hops, filler, index, secrets, registers)
+                           carry=carry, registers=registers or 3)
+        return make_task(split, hops, filler, index, secrets, registers, carry == "code")
