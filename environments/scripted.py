@@ -19,6 +19,7 @@ import re
 from composer_jax.harness import special_tokens as st
 from composer_jax.harness.protocol import format_tool_call
 from environments.experts import expert_plan
+from environments.suites.longhorizon import wire
 
 KEY = re.compile(r"The access key is `([^`]+)`")
 FRAGMENT = re.compile(r"Fragment (\d+) of (\d+): `([a-z]+|\?)`")  # "?": position only
@@ -88,9 +89,9 @@ class NoteChainPolicy:
         if f["pointer"] != LAST:
             return format_tool_call("read_file", path=f["pointer"])
         if not f["written"] and f["handlers"]:
-            content = "".join(f"from {path[:-3].replace('/', '.')} import {fn} as {name}\n"
-                              for name, (_, _, fn, path) in sorted(f["handlers"].items()))
-            return format_tool_call("write_file", path="app.py", content=content + f"ACCESS_KEY = {f['key'] or ''!r}\n")
+            content = f"ACCESS_KEY = {f['key'] or ''!r}\n" + "".join(
+                wire(name, path, fn) for name, (_, _, fn, path) in sorted(f["handlers"].items()))
+            return format_tool_call("write_file", path="app.py", content=content)
         if not f["written"]:
             content = f"ACCESS_KEY = {f['key'] or ''!r}\n"
             if f["registers"]:

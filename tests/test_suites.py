@@ -537,9 +537,10 @@ def test_longhorizon_registers_keep_the_state_bounded_and_name_the_facts_still_n
 
 
 def test_longhorizon_code_tier_needs_the_handler_and_its_module_read_early():
-    """carry="code": the notes are modules; app.py passes only by importing, under each
-    register's name, the handler function of the last module that handles it. The hidden tests
-    call the handlers, so the module matters as much as the name (one read early, another late)."""
+    """carry="code": the notes are modules; app.py passes only when each register's function
+    calls the handler of the last module that handles it. The hidden tests call the handlers, so
+    the module matters as much as the name (one read early, another late); a wrong name fails
+    only its register (partial credit, as in the registers tier)."""
     from composer_jax.grading import grade
     from composer_jax.sandbox import get_backend
     suite = make_suite("LongHorizon", hops=30, filler_lines=4, secrets="words", carry="code", registers=2)
@@ -563,10 +564,15 @@ def test_longhorizon_code_tier_needs_the_handler_and_its_module_read_early():
     fn, path = last["north"]
     earlier = next(p for (f, _, name), p in zip(handlers, order[1:]) if name == "north" and p != path)
     other_fn = dict(zip(order[1:], (h[0] for h in handlers)))[earlier]
-    moved = reference.replace(f"from {path[:-3].replace('/', '.')} import {fn} as north",
-                              f"from {earlier[:-3].replace('/', '.')} import {other_fn} as north")
+    assert longhorizon.wire("north", path, fn) in reference
+    moved = reference.replace(longhorizon.wire("north", path, fn), longhorizon.wire("north", earlier, other_fn))
     res = grade(task, {**task.files, "app.py": moved}, backend)
     assert res.tests["test_hidden.py::test_register_north"] is False and res.reward == 2 / 3
+    # A handler name that does not exist fails its register alone: the import is in its function.
+    typo = reference.replace(longhorizon.wire("north", path, fn), longhorizon.wire("north", path, fn + "x"))
+    res = grade(task, {**task.files, "app.py": typo}, backend)
+    assert res.tests == {"test_hidden.py::test_access_key": True, "test_hidden.py::test_register_north": False,
+                         "test_hidden.py::test_register_south": True}
     rubric = [item.criterion for item in suite.summary_rubric(task)]
     assert f"Does the text state that register north is {fn} (defined in {path})?" in rubric
     with pytest.raises(ValueError, match="carry='code' needs secrets='words'"):

@@ -23,9 +23,11 @@ config.py wants the key and every register's last value. The notes live at two-w
 `carry="code"` (word secrets; ids end `-w-cR`) is the registers tier as a Python repository
 whose fix needs code facts read early: the notes are modules (`pkg/oak_pine.py`, filler
 functions around one line that matters), each defining a handler function for one of R
-registers, and `app.py` must import, under each register's name, the handler of the last module
-that handles it (`from pkg.oak_pine import amber as north`). A summary must carry, per
-register, a function name and the module that defines it; the hidden tests call the handlers.
+registers, and `app.py`'s function for each register must call the handler of the last module
+that handles it, imported in that function (`def north(x): from pkg.oak_pine import
+amber; return amber(x)`, one line so that the whole fix fits one turn: a wrong name then fails that register's test, not the whole module's
+import). A summary must carry, per register, a function name and the module that defines it;
+the hidden tests call the handlers.
 
 `carry_facts(task, reads)` is what the env knows about the future: after the agent has followed
 the chain to note j, the facts later turns still need (the key, the fragments found, or each
@@ -298,8 +300,14 @@ def make_registers_task(split: str, hops: int, filler_lines: int, index: int, re
 
 
 CODE_TEMPLATE = (
-    '"""Set ACCESS_KEY to the access key in pkg/start.py, and give each register its handler: import,\n'
-    'under the register\'s name, the function defined by the last note (module) that handles it."""\n')
+    '"""Set ACCESS_KEY to the access key in pkg/start.py, and make each register call its handler: the\n'
+    'function defined by the last note (module) that handles it."""\n')
+
+
+def wire(register: str, module: str, handler: str) -> str:
+    """app.py's function for a register: the handler imported where it is called, so a wrong name
+    fails that register alone (a module-level import error would fail every hidden test)."""
+    return f"def {register}(x): from {module[:-3].replace('/', '.')} import {handler}; return {handler}(x)\n"
 
 
 def _code_filler(rng: random.Random, lines: int) -> list[str]:
@@ -310,7 +318,7 @@ def _code_filler(rng: random.Random, lines: int) -> list[str]:
 
 def make_code_task(split: str, hops: int, filler_lines: int, index: int, registers: int) -> Task:
     """carry="code" (module docstring): module i defines `def <colour>(x): return x * m + c` and
-    says which register it handles; app.py imports each register's last handler."""
+    says which register it handles; app.py's function per register calls its last handler."""
     rng = random.Random(f"longhorizon/{split}/{hops}/{filler_lines}/code{registers}/{index}")
     key, names = rng.choice(KEY_WORDS), list(REGISTER_NAMES[:registers])
     sets = [*rng.sample(names, registers), *(rng.choice(names) for _ in range(hops - registers))]
@@ -334,9 +342,8 @@ def make_code_task(split: str, hops: int, filler_lines: int, index: int, registe
     last = {r: max(i for i in range(hops) if sets[i] == r) for r in names}
     files[APP_FILE] = CODE_TEMPLATE + "ACCESS_KEY = ''\n" + "".join(
         f"\n\ndef {r}(x):\n    raise NotImplementedError('import the handler of `{r}`')\n" for r in names)
-    reference = CODE_TEMPLATE + "".join(
-        f"from {chain[last[r]][:-3].replace('/', '.')} import {handlers[last[r]]} as {r}\n" for r in names
-    ) + f"\nACCESS_KEY = {key!r}\n"
+    reference = CODE_TEMPLATE + f"ACCESS_KEY = {key!r}\n" + "".join(
+        wire(r, chain[last[r]], handlers[last[r]]) for r in names)
     files["test_app.py"] = ("import app\n\n\ndef test_app_is_wired():\n"
                             "    assert isinstance(app.ACCESS_KEY, str) and app.ACCESS_KEY\n"
                             f"    for name in {names!r}:\n        assert callable(getattr(app, name))\n")
@@ -354,8 +361,8 @@ def make_code_task(split: str, hops: int, filler_lines: int, index: int, registe
         task_id=task_id(split, hops, filler_lines, index, "words", registers, code=True),
         suite="LongHorizon",
         prompt=(f"Fix {APP_FILE}. Start by reading pkg/start.py and follow the notes to the last one "
-                f"({hops} after the start). Set ACCESS_KEY to the key, and import as each register "
-                f"({', '.join(names)}) the handler of the last note that handles it."),
+                f"({hops} after the start). Set ACCESS_KEY to the key, and make each register "
+                f"({', '.join(names)}) call the handler of the last note that handles it."),
         files=files,
         hidden_tests={"test_hidden.py": hidden},
         graded_tests=("test_hidden.py::test_access_key", *(f"test_hidden.py::test_register_{r}" for r in names)),
