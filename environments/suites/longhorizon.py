@@ -163,9 +163,9 @@ def _filler(rng: random.Random, lines: int) -> list[str]:
             for _ in range(lines)]
 
 
-def _pad(rng: random.Random, filler_lines: int, key_lines: list[str]) -> str:
-    """Key lines inserted at random positions among filler lines."""
-    lines = _filler(rng, filler_lines)
+def _pad(rng: random.Random, filler_lines: int, key_lines: list[str], filler=None) -> str:
+    """Key lines inserted at random positions among filler lines (prose, or `filler`'s)."""
+    lines = (filler or _filler)(rng, filler_lines)
     for line in key_lines:
         lines.insert(rng.randint(0, len(lines)), line)
     return "\n".join(lines) + "\n"
@@ -327,10 +327,7 @@ def make_code_task(split: str, hops: int, filler_lines: int, index: int, registe
     chain = [f"pkg/{a}_{b}.py" for a, b in rng.sample([(a, b) for a in NOTE_WORDS for b in NOTE_WORDS], hops)]
 
     def module(lines: list[str]) -> str:
-        body = _code_filler(rng, filler_lines)
-        for line in lines:
-            body.insert(rng.randint(0, len(body)), line)
-        return "\n".join(body) + "\n"
+        return _pad(rng, filler_lines, lines, _code_filler)
 
     pointer = ["# This is the last note." if i == hops else f"# Next note: {chain[i]}" for i in range(hops + 1)]
     files = {"pkg/__init__.py": "", "pkg/start.py": module(
