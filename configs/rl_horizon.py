@@ -25,13 +25,15 @@ Variants (`:ARG`, a comma list):
   drop_key=F      how often the demonstrator's summaries drop the key (default 0.1)
   sft_target=F    SFT stops at the first check (every 10 steps from 250) whose reward on held-back
                   train tasks reaches F (default 0.57, the pipeline's); 0 trains every step
+  sft_streak=N    ... N checks in a row (default 2: one noisy check stopped run 4's seed 1)
   mix             SFT and RL tiers mix chain lengths; mix_filler (with mix): 1 task in 4 unpadded
   code            the tier whose notes are Python modules: app.py calls each register's handler
   greedy, no_harness, long_tasks=N   greedy evaluation; skip the harness arm; tasks at 30x, 100x
   quick           minutes: the tests
 Runs of docs/results/horizon.md: run 1 `:hops=6,drop_key=0.25,sft_target=0`, run 2
 `:sft_target=0`, run 3 `:mix,drop_key=0.02,greedy,no_harness,long_tasks=16,sft_target=0` (runs
-1-3 predate the SFT target), run 4 `:mix,mix_filler,drop_key=0.05,greedy,no_harness,long_tasks=16`.
+1-3 predate the SFT target), run 4 `:mix,mix_filler,drop_key=0.05,greedy,no_harness,long_tasks=16,sft_streak=1`,
+run 5 the same without `sft_streak=1`.
 
 The task: follow a chain of notes, each setting one of 2 registers (later notes overwrite
 earlier ones), and write the access key (first note) and both registers' last values. The state
@@ -79,7 +81,7 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1, trained=False, masked=False, harness=False,
                                      greedy=False, long_tasks=4, no_harness=False, mix=False,
-                                     mix_filler=False, code=False, sft_target=0.57),
+                                     mix_filler=False, code=False, sft_target=0.57, sft_streak=2),
                       "configs/rl_horizon.py")
     if not 0 <= v["drop_key"] <= 1:
         raise ValueError(f"configs/rl_horizon.py: drop_key={v['drop_key']} must be in [0, 1]")
@@ -102,8 +104,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                  copy_warmup=20 if quick else 300)
     c.sft.optim.update(steps=20 if quick else 400, lr=3e-3, warmup_steps=10 if quick else 50,
                        min_lr_ratio=0.1)
-    if not quick:  # SFT stops at this held-back reward (checked every 10 steps from 250); 0 = every step
-        c.sft.target_reward = v["sft_target"]
+    if not quick:  # SFT stops at this held-back reward (checked every 10 steps from 250), reached
+        c.sft.update(target_reward=v["sft_target"], target_streak=v["sft_streak"])  # sft_streak checks in a row
     c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, slots=24,
                      prefill_buckets=(64, 256), temperature=1.0)
     if v["mix"]:

@@ -100,10 +100,11 @@ def test_copy_drills_train_only_the_repeated_span_and_are_seeded():
 
 
 @pytest.mark.slow
-def test_sft_stops_at_the_first_check_that_reaches_the_target_reward(tmp_path, monkeypatch):
+def test_sft_stops_once_target_streak_checks_in_a_row_reach_the_target_reward(tmp_path, monkeypatch):
     """sft.target_reward: the policy plays train tasks it was not shown every target_every steps
-    from target_from (a real evaluation on its own engine) and SFT ends at the first check at or
-    above the target; its checkpoint is that step's. The check's reward is scripted here (a tiny
+    from target_from (a real evaluation on its own engine) and SFT ends at the first check where
+    target_streak checks in a row were at or above the target (a lone 0.6 between 0.2 and 0.4 does
+    not end it at streak 2); its checkpoint is that step's. The check's reward is scripted here (a tiny
     policy scores 0 on everything), the rest is the real run."""
     from composer_jax.errors import ConfigError
     from composer_jax.rl import train
@@ -113,9 +114,10 @@ def test_sft_stops_at_the_first_check_that_reaches_the_target_reward(tmp_path, m
     c.rl.env_max_turns = 2
     c.rollout.update(window=768, max_turns=2, max_segments=1, turn_budget=16, summary_budget=16, slots=8,
                      prefill_buckets=(512,))
-    c.sft.update(successful_only=False, demos=4, target_reward=0.5, target_tasks=2, target_every=2, target_from=2)
-    c.sft.optim.update(steps=8)
-    real, scripted, played = train.evaluate, iter([0.2, 0.6, 0.9]), []
+    c.sft.update(successful_only=False, demos=4, target_reward=0.5, target_tasks=2, target_every=2, target_from=2,
+                 target_streak=2)
+    c.sft.optim.update(steps=12)
+    real, scripted, played = train.evaluate, iter([0.2, 0.6, 0.4, 0.7, 0.9]), []
 
     def evaluate(loop, ids, **kw):
         played.append(list(ids))
@@ -124,13 +126,16 @@ def test_sft_stops_at_the_first_check_that_reaches_the_target_reward(tmp_path, m
     monkeypatch.setattr(train, "evaluate", evaluate)
     out = train.run_sft(c, tmp_path)
     demos = train.sample_ids(c.rl, "train", 4)
-    assert out["steps"] == 4 and out["target_reached"] and [ch["step"] for ch in out["target_checks"]] == [2, 4]
+    assert out["steps"] == 10 and out["target_reached"] and [ch["step"] for ch in out["target_checks"]] == [2, 4, 6, 8, 10]
     assert out["target_warning"] is None  # crossed between two checks: the stop is near the target
     assert played[0] == played[1] and len(played[0]) == 2 and not set(played[0]) & set(demos)
-    assert train.Checkpointer(tmp_path / "checkpoints", c, keep=1).all_steps() == [4]
+    assert train.Checkpointer(tmp_path / "checkpoints", c, keep=1).all_steps() == [10]
 
-    c.sft.target_from = 8
+    c.sft.target_from = 12
     with pytest.raises(ConfigError, match="target_from"):
+        train.run_sft(c, tmp_path / "bad")
+    c.sft.update(target_from=2, target_streak=0)
+    with pytest.raises(ConfigError, match="target_streak >= 1 \\(is 0\\)"):
         train.run_sft(c, tmp_path / "bad")
 
 
@@ -150,3 +155,9 @@ def test_target_verdict_warns_when_the_stop_cannot_be_near_the_target():
     assert not reached and "never reached" in warning and "best 0.500" in warning
     reached, warning = target_verdict([], 0.57, 5)
     assert not reached and "never reached" in warning
+    # target_streak=2: a lone check over the target is not a stop; two in a row are
+    reached, warning = target_verdict(checks(0.4, 0.6, 0.5), 0.57, 30, streak=2)
+    assert not reached and "2 check(s) in a row" in warning and "best 0.600" in warning
+    assert target_verdict(checks(0.4, 0.6, 0.7), 0.57, 30, streak=2) == (True, None)
+    reached, warning = target_verdict(checks(0.7, 0.8), 0.57, 20, streak=2)
+    assert reached and "first check (step 10)" in warning
