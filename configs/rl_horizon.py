@@ -26,6 +26,8 @@ Variants (`:ARG`, a comma list):
   sft_target=F    SFT stops at the first check (every 10 steps from 250) whose reward on held-back
                   train tasks reaches F (default 0.57, the pipeline's); 0 trains every step
   sft_streak=N    ... N checks in a row (default 2: one noisy check stopped run 4's seed 1)
+  sft_pass=F      ... and whose held-back pass rate reaches F too (run 5's seed 1 met the reward
+                  target at a pass rate of 0.06: the fraction reward credits registers without the key)
   mix             SFT and RL tiers mix chain lengths; mix_filler (with mix): 1 task in 4 unpadded
   code            the tier whose notes are Python modules: app.py calls each register's handler
   greedy, no_harness, long_tasks=N   greedy evaluation; skip the harness arm; tasks at 30x, 100x
@@ -33,7 +35,7 @@ Variants (`:ARG`, a comma list):
 Runs of docs/results/horizon.md: run 1 `:hops=6,drop_key=0.25,sft_target=0`, run 2
 `:sft_target=0`, run 3 `:mix,drop_key=0.02,greedy,no_harness,long_tasks=16,sft_target=0` (runs
 1-3 predate the SFT target), run 4 `:mix,mix_filler,drop_key=0.05,greedy,no_harness,long_tasks=16,sft_streak=1`,
-run 5 the same without `sft_streak=1`.
+run 5 `:mix,mix_filler,drop_key=0.05,greedy,long_tasks=16` (every arm).
 
 The task: follow a chain of notes, each setting one of 2 registers (later notes overwrite
 earlier ones), and write the access key (first note) and both registers' last values. The state
@@ -81,7 +83,7 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1, trained=False, masked=False, harness=False,
                                      greedy=False, long_tasks=4, no_harness=False, mix=False,
-                                     mix_filler=False, code=False, sft_target=0.57, sft_streak=2),
+                                     mix_filler=False, code=False, sft_target=0.57, sft_streak=2, sft_pass=0.0),
                       "configs/rl_horizon.py")
     if not 0 <= v["drop_key"] <= 1:
         raise ValueError(f"configs/rl_horizon.py: drop_key={v['drop_key']} must be in [0, 1]")
@@ -106,6 +108,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                        min_lr_ratio=0.1)
     if not quick:  # SFT stops at this held-back reward (checked every 10 steps from 250), reached
         c.sft.update(target_reward=v["sft_target"], target_streak=v["sft_streak"])  # sft_streak checks in a row
+        if v["sft_pass"]:  # set only when asked: a field in the sft block is part of the SFT stage's identity
+            c.sft.target_pass = v["sft_pass"]
     c.rollout.update(window=512, summarize_at=0.5, summary_budget=64, turn_budget=72, slots=24,
                      prefill_buckets=(64, 256), temperature=1.0)
     if v["mix"]:

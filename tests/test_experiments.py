@@ -181,6 +181,11 @@ def test_pooling_pairs_episodes_across_seeds_and_refuses_what_is_not_one_recipe(
         rec["evaluations"] = {name: dict(rec["evaluations"]["validation"], x=x)
                               for name, x in (("100x", 100.0), ("10x", 10.0), ("3x", 3.0))}
     assert pool.pool({"a.json": a, "b.json": b})["series"]["sets"] == ["3x", "10x", "100x"]
+    for name, rec in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(json.dumps(rec))
+    pool.main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "ab.json")])
+    assert json.loads((tmp_path / "ab.json").read_text())["seeds"] == [0, 1]
+    assert (tmp_path / "ab.png").stat().st_size > 10_000  # the pooled curve, plotted beside the record
     with pytest.raises(pool.PoolError, match="seeds .* repeat"):
         pool.pool({"a.json": a, "c.json": _record(0, dict(sft=[0] * 4, trained=[0] * 4))})
     with pytest.raises(pool.PoolError, match=r"b.json ran another recipe than a.json: rl.optim.lr: 0.0003 there, 0.001 here"):

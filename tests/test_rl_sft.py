@@ -143,7 +143,7 @@ def test_target_verdict_warns_when_the_stop_cannot_be_near_the_target():
     """A first check already at or above the target says nothing about where SFT crossed it (the
     policy may be far stronger than intended); a target never reached leaves the last step's policy.
     Both are flagged; a crossing between two checks is not."""
-    from composer_jax.rl.train import target_verdict
+    from composer_jax.rl.train import streak_reached, target_verdict
 
     def checks(*rewards):
         return [dict(step=10 * (i + 1), reward=r, pass_rate=0.0) for i, r in enumerate(rewards)]
@@ -152,12 +152,31 @@ def test_target_verdict_warns_when_the_stop_cannot_be_near_the_target():
     reached, warning = target_verdict(checks(0.86), 0.57, 10)
     assert reached and "first check (step 10)" in warning and "sft.target_from" in warning
     reached, warning = target_verdict(checks(0.3, 0.5), 0.57, 20)
-    assert not reached and "never reached" in warning and "best 0.500" in warning
+    assert not reached and "never reached" in warning and "best reward 0.500" in warning
     reached, warning = target_verdict([], 0.57, 5)
     assert not reached and "never reached" in warning
     # target_streak=2: a lone check over the target is not a stop; two in a row are
     reached, warning = target_verdict(checks(0.4, 0.6, 0.5), 0.57, 30, streak=2)
-    assert not reached and "2 check(s) in a row" in warning and "best 0.600" in warning
+    assert not reached and "2 check(s) in a row" in warning and "best reward 0.600" in warning
     assert target_verdict(checks(0.4, 0.6, 0.7), 0.57, 30, streak=2) == (True, None)
     reached, warning = target_verdict(checks(0.7, 0.8), 0.57, 20, streak=2)
     assert reached and "first check (step 10)" in warning
+    # sft.target_pass: the fraction reward credits the registers without the key (run 5's seed 1
+    # met 0.57 two checks in a row at a pass rate of 0.06); a check counts only with both reached
+    low_pass = [dict(step=10 * (i + 1), reward=r, pass_rate=p) for i, (r, p) in enumerate(
+        [(0.6, 0.06), (0.57, 0.06), (0.8, 0.5), (0.7, 0.4), (0.9, 0.6), (0.85, 0.5)])]
+    assert streak_reached(low_pass[:2], 0.57, 2) and not streak_reached(low_pass[:2], 0.57, 2, target_pass=0.5)
+    reached, warning = target_verdict(low_pass[:4], 0.57, 40, streak=2, target_pass=0.5)
+    assert not reached and "sft.target_pass=0.5" in warning and "pass 0.500" in warning
+    assert target_verdict(low_pass, 0.57, 60, streak=2, target_pass=0.5) == (True, None)
+    assert streak_reached(low_pass[4:], 0.0, 2, target_pass=0.5)  # the pass rate alone
+    from composer_jax.errors import ConfigError
+    from composer_jax.rl.config import SFTConfig
+
+    c = get_config("test")
+    c.sft.update(target_pass=1.5)
+    with pytest.raises(ConfigError, match=r"sft.target_pass=1.5: must be in \[0, 1\]"):
+        SFTConfig.from_config(c.sft)
+    c.sft.update(target_pass=0.5, target_from=c.sft.optim.steps)  # the pass rate alone turns the checks on
+    with pytest.raises(ConfigError, match="target_pass=0.5: needs .* 0 <= target_from < sft.optim.steps"):
+        SFTConfig.from_config(c.sft)

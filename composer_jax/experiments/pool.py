@@ -5,7 +5,8 @@ every episode of every seed, and McNemar over the (task, seed) pairs.
 
 The records must come from the same config but for `seed` (and `experiment.only`); anything else
 that differs is named and nothing is written. The pooled record has the schema of one record
-(experiments/records.py), with `seeds` and `files` listing what was pooled. The pooled tests
+(experiments/records.py), with `seeds` and `files` listing what was pooled, and the runner's plot
+beside it (OUT.png: pass rate with Wilson bands, reward, compaction error by set). The pooled tests
 treat the pairs as independent; they are the same tasks under other seeds, so each seed's own
 test (in its record) is the exact one.
 """
@@ -93,6 +94,9 @@ def main(argv=None):
     except PoolError as e:
         raise SystemExit(f"error: {e}") from None
     records.write_result(args.out, pooled, quiet=True)
+    if len(pooled["evaluations"]) > 1:
+        records.plot(pooled["series"], pathlib.Path(args.out).with_suffix(".png"),
+                     f"{pooled['experiment']}: seeds {', '.join(map(str, pooled['seeds']))} pooled")
     print(json.dumps(records.summary(pooled), indent=1))
 
 

@@ -212,13 +212,14 @@ class RewardTarget:
     """sft.target_reward as a `stop` for sft.train_sft: every target_every steps from target_from,
     the current params play the held-back tasks on an engine of their own (evaluation sampling
     and seed, as every evaluation) and training ends once the mean reward has reached the target
-    `target_streak` checks in a row. `checks` keeps each (step, reward, pass rate)."""
+    (and the pass rate sft.target_pass) `target_streak` checks in a row. `checks` keeps each
+    (step, reward, pass rate)."""
 
     def __init__(self, config, run: Run, make_env, ids: list[str], log=print):
         s = SFTConfig.from_config(config.sft)  # typed: a config's sft block may leave the target out
         self.config, self.ids, self.log = config, ids, log
         self.target, self.every, self.start = float(s.target_reward), int(s.target_every), int(s.target_from)
-        self.streak = int(s.target_streak)
+        self.streak, self.target_pass = int(s.target_streak), float(s.target_pass)
         engine = RolloutEngine(run.graphdef, full_state(run.state), run.model_cfg, rollout_config(config),
                                valid_vocab=run.tokenizer.vocab_size, mesh=run.mesh)
         self.loop = make_loop(config, engine, run.tokenizer, make_env)
@@ -232,32 +233,37 @@ class RewardTarget:
         ev = evaluate(self.loop, self.ids, seed=seeds(self.config).eval, sampling=eval_sampling(self.config))
         self.checks.append(dict(step=done, reward=ev["reward"], pass_rate=ev["pass_rate"]))
         self.log(f"sft {done}: held-back reward {ev['reward']:.3f} pass {ev['pass_rate']:.3f} "
-                 f"(target {self.target}, {len(self.ids)} tasks)")
-        return streak_reached(self.checks, self.target, self.streak)
+                 f"(target {self.target}{f', pass {self.target_pass}' if self.target_pass else ''}, "
+                 f"{len(self.ids)} tasks)")
+        return streak_reached(self.checks, self.target, self.streak, self.target_pass)
 
     def close(self) -> None:
         self.loop.close()
 
 
-def streak_reached(checks: list[dict], target: float, streak: int = 1) -> bool:
-    """Whether the last `streak` checks all reached `target`."""
-    return len(checks) >= streak and all(c["reward"] >= target for c in checks[-streak:])
+def streak_reached(checks: list[dict], target: float, streak: int = 1, target_pass: float = 0.0) -> bool:
+    """Whether the last `streak` checks all reached `target` reward and `target_pass` pass rate."""
+    return len(checks) >= streak and all(c["reward"] >= target and c["pass_rate"] >= target_pass
+                                         for c in checks[-streak:])
 
 
-def target_verdict(checks: list[dict], target: float, steps: int, streak: int = 1) -> tuple[bool, str | None]:
+def target_verdict(checks: list[dict], target: float, steps: int, streak: int = 1,
+                   target_pass: float = 0.0) -> tuple[bool, str | None]:
     """Whether SFT reached sft.target_reward (`streak` checks in a row), and a warning when the
     stop did not land near the target: never reached, or reached from the very first check, where
     the reward may have crossed the target long before (LongHorizon seeds 1 and 2 stopped at 0.73
     and 0.86 for a 0.57 target)."""
-    if not streak_reached(checks, target, streak):
+    goal = f"sft.target_reward={target}" + (f" and sft.target_pass={target_pass}" if target_pass else "")
+    if not streak_reached(checks, target, streak, target_pass):
         best = max((c["reward"] for c in checks), default=0.0)
-        return False, (f"sft: held-back reward never reached sft.target_reward={target} {streak} check(s) "
-                       f"in a row in {steps} steps (best {best:.3f}); the policy is the last step's")
+        best_pass = max((c["pass_rate"] for c in checks), default=0.0)
+        return False, (f"sft: held-back checks never reached {goal} {streak} check(s) in a row in {steps} "
+                       f"steps (best reward {best:.3f}, pass {best_pass:.3f}); the policy is the last step's")
     if len(checks) == streak:
         c = checks[0]
-        return True, (f"sft: the first check (step {c['step']}) already gave reward {c['reward']:.3f} >= "
-                      f"sft.target_reward={target}: the target was crossed at an unknown earlier step, so this "
-                      "policy may be stronger than intended; start the checks earlier (sft.target_from)")
+        return True, (f"sft: the first check (step {c['step']}) already gave reward {c['reward']:.3f}, pass "
+                      f"{c['pass_rate']:.3f}, reaching {goal}: the target was crossed at an unknown earlier "
+                      "step, so this policy may be stronger than intended; start the checks earlier (sft.target_from)")
     return True, None
 
 
@@ -315,7 +321,7 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
     t2 = time.perf_counter()
     run = build(config, s.optim, init_from=init_from, engine=False)
     target = {}
-    if SFTConfig.from_config(s).target_reward:
+    if SFTConfig.from_config(s).target_reward or SFTConfig.from_config(s).target_pass:
         with RunEnvs(config) as envs:
             stop = RewardTarget(config, run, envs.factory(config.rl, "train"),
                                 held_back_ids(config.rl, ids, SFTConfig.from_config(s).target_tasks), log)
@@ -323,10 +329,11 @@ def run_sft(config, workdir: pathlib.Path, log=print, *, ids: list[str] | None =
                 history = train_and_save_sft(config, run, seqs, ids, workdir, log, stop=stop)
             finally:
                 stop.close()
-        reached, warning = target_verdict(stop.checks, stop.target, len(history), stop.streak)
+        reached, warning = target_verdict(stop.checks, stop.target, len(history), stop.streak, stop.target_pass)
         if warning:
             log(warning)
-        target = dict(target_reward=stop.target, target_streak=stop.streak, target_reached=reached,
+        target = dict(target_reward=stop.target, target_pass=stop.target_pass, target_streak=stop.streak,
+                      target_reached=reached,
                       target_checks=stop.checks,
                       target_warning=warning)
     else:
