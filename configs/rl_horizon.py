@@ -1,10 +1,10 @@
 """Self-summarisation far beyond the window: LongHorizon's registers tier from 1x to 100x the
 context, at tiny scale on CPU (docs/results/horizon.md), run by composer_jax/experiments/run.py.
 
-  python -m composer_jax.experiments.run --config configs/rl_horizon.py --workdir runs/horizon \
-      --out benchmarks/results/horizon.json
-  (another seed: --config.seed=N, another workdir and --out; pool the records with
-   python -m composer_jax.experiments.pool)
+  python -m composer_jax.experiments.run --config configs/rl_horizon.py:mix,mix_filler,drop_key=0.05,greedy,long_tasks=16 \
+      --workdir runs/h8 --out benchmarks/results/horizon_run5.json
+  (run 5, the README's; seeds 1, 2: --config.seed=N --workdir runs/h8sN --out .../horizon_run5_seedN.json;
+   pooled into benchmarks/results/horizon.json by python -m composer_jax.experiments.pool)
 
 1. A 1k BPE on the suite's expert transcripts (every secret word, path and register one token).
 2. SFT (copy drills, then the imperfect demonstrator's runs) on the 4-note tier, up to a target

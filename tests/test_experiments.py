@@ -177,6 +177,8 @@ def test_pooling_pairs_episodes_across_seeds_and_refuses_what_is_not_one_recipe(
     assert [s["seed"] for s in trained["per_seed"]] == [0, 1] and trained["reward"] == pytest.approx(5 / 8)
     assert out["paired"]["validation"]["trained_vs_sft"] == dict(both=2, only_a=3, only_b=0, neither=3, p_value=0.25)
     assert out["series"]["pass_rate"]["trained"] == [5 / 8]
+    # issue #26's schema at the top level: one value per horizon and arm
+    assert out["horizons"] == [0.0] and out["tasks_per_point"] == [4] and out["pass_rate"] == dict(sft=[1 / 4], trained=[5 / 8])
     for rec in (a, b):  # three sets whose names sort otherwise than their x, as on disk
         rec["evaluations"] = {name: dict(rec["evaluations"]["validation"], x=x)
                               for name, x in (("100x", 100.0), ("10x", 10.0), ("3x", 3.0))}
@@ -272,6 +274,12 @@ def test_the_runner_trains_arms_side_by_side_then_pairs_every_policy_on_every_se
     assert set(s["pass_rate"]) == {"trained", "masked", "harness", "none", "sft"}
     assert s["resets_per_episode"]["none"] == [0.0, 0.0]  # one context: no summary, no reset
     assert all(t is None or t <= 64 for t in s["compaction_tokens"]["harness"])  # the summary budget
+    # issue #26's `horizon.json` keys: per arm one value per window multiple, from the evaluations
+    assert rec["horizons"] == [1, 3] and rec["tasks_per_point"] == [2, 1]
+    for key, per_policy in (("pass_rate", "pass_rate"), ("compaction_error", "compaction_error"),
+                            ("summary_tokens", "compaction_tokens")):
+        assert rec[key] == {p: [rec["evaluations"][x]["policies"][p].get(per_policy) for x in ("1x", "3x")]
+                            for p in ("trained", "masked", "harness", "none", "sft")}
     for set_name in ("1x", "3x"):
         assert set(rec["paired"][set_name]) == {f"trained_vs_{p}" for p in ("masked", "harness", "none", "sft")}
         policies = rec["evaluations"][set_name]["policies"]

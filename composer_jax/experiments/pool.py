@@ -78,10 +78,10 @@ def pool(recs: dict[str, dict]) -> dict:
                                             for s, r in zip(seeds, runs)])
         evaluations[set_name] = dict(point, policies=policies)
     pairs = first["config"]["experiment"].get("pairs", ())
+    curves = records.series(evaluations, list(first["config"]["experiment"]["policies"]))
     return dict(experiment=first["experiment"], seeds=seeds, files=list(recs), config=first["config"],
                 command=[rec["command"] for rec in recs.values()], evaluations=evaluations,
-                paired=records.paired(evaluations, pairs), series=records.series(evaluations, list(
-                    first["config"]["experiment"]["policies"])))
+                paired=records.paired(evaluations, pairs), series=curves, **records.flat(curves))
 
 
 def main(argv=None):

@@ -11,8 +11,14 @@ An experiment's record (experiments/run.py):
                        policies: {policy: {pass_rate, ci95, reward, passes, n, passed: [0/1 per
                        episode], summary_len, compaction_error, transcript_tokens, ..., per_seed}}}}
     paired      {set: {"a_vs_b": exact McNemar over the episodes both played}}
-    series      {sets, x, pass_rate: {policy: [one per set]}, reward, compaction_error,
-                 summary_tokens, transcript_tokens, tasks_per_point}: the curves of the plot
+    series      {sets, x, expert_windows, tasks_per_point, pass_rate: {policy: [one per set]}, ci95,
+                 reward, compaction_error, compaction_tokens, transcript_tokens, resets_per_episode}:
+                 the curves of the plot
+    horizons, tasks_per_point, pass_rate, compaction_error, summary_tokens
+                the curves again at the top level, in issue #26's schema: `horizons` lists each
+                set's x (rl_horizon: the window multiple; rl_longhorizon: the chain length), and
+                the others {policy: [one per horizon]} (summary_tokens: the tokens of the context
+                written at a reset, the summary or the harness's compaction)
 A pooled record (experiments/pool.py) has the same keys, `seeds` listing every seed and
 `files` the records pooled.
 """
@@ -102,16 +108,23 @@ def series(evaluations: dict, policies) -> dict:
     return out
 
 
+def flat(s: dict) -> dict:
+    """The series' curves at the record's top level (issue #26's `horizon.json` keys)."""
+    return dict(horizons=s["x"], tasks_per_point=s["tasks_per_point"], pass_rate=s["pass_rate"],
+                compaction_error=s["compaction_error"], summary_tokens=s["compaction_tokens"])
+
+
 def experiment_record(c, exp, command: list[str], stages: dict, points: dict, tokenizer: str = "") -> dict:
     """`c` is the recipe as written, so two seeds' records (two workdirs) pool; `tokenizer` is the
     one this run used."""
     evaluations = {s: dict(point, policies={p: policy_result(ev) for p, ev in point["policies"].items()})
                    for s, point in points.items()}
+    curves = series(evaluations, list(exp.policies))
     return dict(
         experiment=str(c.name), command=" ".join(command), seeds=[int(c.seed)], config=c.to_dict(), tokenizer=tokenizer,
         stages={name: done["seconds"] for name, done in stages.items()},
         training={name: done["result"] for name, done in stages.items() if name != "tokenizer"},
-        evaluations=evaluations, paired=paired(evaluations, exp.pairs), series=series(evaluations, list(exp.policies)))
+        evaluations=evaluations, paired=paired(evaluations, exp.pairs), series=curves, **flat(curves))
 
 
 def summary(rec: dict) -> dict:
