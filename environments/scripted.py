@@ -24,9 +24,12 @@ from environments.suites.longhorizon import wire
 KEY = re.compile(r"The access key is `([^`]+)`")
 FRAGMENT = re.compile(r"Fragment (\d+) of (\d+): `([a-z]+|\?)`")  # "?": position only
 REGISTER = re.compile(r"Note (\d+) of (\d+): set `([a-z]+)` to `([a-z]+)`")  # carry="registers"
-# carry="code": a module's handler line, and a summary's line for it (which names the module)
+# carry="code": a module's handler line, and a summary's line for it (which names the module).
+# The summary spells the handler as the module (`def beige`) and app.py (`import beige`) do, after
+# a space: in backticks BPE gives it another token, and SFT then learns a word-to-word mapping,
+# not a copy (run 7: 0 of 6 sampled writes named a handler right, 0 held-out passes).
 HANDLER = re.compile(r"def ([a-z]+)\(x\):.*# Note (\d+) of (\d+): handles `([a-z]+)`")
-HANDLED = re.compile(r"Note (\d+) of (\d+): `([a-z]+)` is `([a-z]+)` in (\S+\.py)")
+HANDLED = re.compile(r"Note (\d+) of (\d+): `([a-z]+)` is ([a-z]+) in (\S+\.py)")
 NEXT = re.compile(r"Next note: (\S+\.(?:md|py))")
 START = re.compile(r"Start by reading (\S+\.(?:md|py))")  # the task prompt names the chain's start
 LAST = "This is the last note."
@@ -110,7 +113,7 @@ class NoteChainPolicy:
             lines += [f"Fragment {i} of {n}: `{text}`" for i, (n, text) in sorted(f["fragments"].items())]
             lines += [f"Note {i} of {n}: set `{name}` to `{v}`."
                       for name, (i, n, v) in sorted(f["registers"].items(), key=lambda kv: kv[1])]
-            lines += [f"Note {i} of {n}: `{name}` is `{fn}` in {path}."
+            lines += [f"Note {i} of {n}: `{name}` is {fn} in {path}."
                       for name, (i, n, fn, path) in sorted(f["handlers"].items(), key=lambda kv: kv[1])]
         elif f["furthest"] >= 0:  # keep the position in the chain but forget what was found
             lines.append(f"Fragment {f['furthest']} of 0: `?`")

@@ -579,6 +579,34 @@ def test_longhorizon_code_tier_needs_the_handler_and_its_module_read_early():
         make_suite("LongHorizon", carry="code")
 
 
+def test_code_tier_summaries_name_each_handler_with_the_token_app_py_imports(monkeypatch):
+    """The demonstrator's summary line for a handler spells it as its module defines it and app.py
+    imports it, so the suite's tokenizer gives all three the same token and writing app.py from a
+    summary is a copy (in backticks it was another token: run 7's SFT named 0 of 6 handlers right)."""
+    from composer_jax.data.tokenizer import Tokenizer
+    from composer_jax.harness import special_tokens as st
+    from environments.scripted import NoteChainPolicy
+    from environments.suites.base import TaskSuite
+
+    suite = make_suite("LongHorizon", hops=6, filler_lines=4, secrets="words", carry="code", registers=2)
+    task = suite.get(suite.task_ids("validation")[0])
+    order = json.loads(task.metadata["read_order"])
+    summary = NoteChainPolicy().summarize("".join(st.TOOL_RESULT + task.files[p] for p in order))
+    [key], *live, _ = longhorizon.carry_facts(task, order)
+    assert summary.startswith(f"The access key is `{key}`.") and summary.endswith("This is the last note.")
+    # the expert's transcripts (the corpus' bulk) show the modules and the fixed app.py
+    modules = [task.files[p] for p in order] + [json.loads(task.metadata["reference_files"])["app.py"]]
+    monkeypatch.setattr(TaskSuite, "tokenizer_texts", lambda self, env, tasks: modules * 8)
+    tok = Tokenizer.train(suite.tokenizer_texts(None, 1), vocab_size=1024)
+    for register, fn, path in live:
+        line = next(ln for ln in summary.splitlines() if f"`{register}`" in ln)
+        assert fn in line and path in line  # the fact the env checks: one line holds all of it
+        [token] = tok.encode(" " + fn)
+        defined = next(ln for p in order for ln in task.files[p].splitlines() if ln.startswith(f"def {fn}("))
+        for text in (line, defined, longhorizon.wire(register, path, fn)):
+            assert token in tok.encode(text), (fn, text)
+
+
 def test_cache_location_is_configurable(tmp_path, monkeypatch):
     from environments.suites import cache
 

@@ -423,9 +423,11 @@ class LongHorizonSuite(TaskSuite):
         if self.options.carry == "registers":  # two-word paths and the register names
             texts += ["\n".join([f"docs/{w}/{v}.md" for w in NOTE_WORDS for v in NOTE_WORDS]
                                 + [f"set `{r}` to {r.upper()} = '{r}'" for r in REGISTER_NAMES] * 8)] * 16
-        if self.options.carry == "code":  # module paths, as files and as imports, and the register names
+        if self.options.carry == "code":  # module paths, as files and as imports, the register names and
+            # each handler after a space, as a module defines it, app.py imports it and a summary names it
             texts += ["\n".join([f"pkg/{w}_{v}.py from pkg.{w}_{v} import" for w in NOTE_WORDS for v in NOTE_WORDS]
-                                + [f"handles `{r}` as {r}\ndef {r}(x):" for r in REGISTER_NAMES] * 8)] * 16
+                                + [f"handles `{r}` as {r}\ndef {r}(x):" for r in REGISTER_NAMES] * 8
+                                + [f"def {w}(x): import {w}; return {w}(x)" for w in FRAGMENT_WORDS] * 8)] * 16
         return texts
 
     def summary_rubric(self, task: Task) -> list:
