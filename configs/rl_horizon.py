@@ -36,7 +36,10 @@ Runs of docs/results/horizon.md: run 1 `:hops=6,drop_key=0.25,sft_target=0`, run
 `:sft_target=0`, run 3 `:mix,drop_key=0.02,greedy,no_harness,long_tasks=16,sft_target=0` (runs
 1-3 predate the SFT target), run 4 `:mix,mix_filler,drop_key=0.05,greedy,no_harness,long_tasks=16,sft_streak=1`,
 run 5 `:mix,mix_filler,drop_key=0.05,greedy,long_tasks=16` (every arm), run 6 (seed 1) run 5's
-with `no_harness,sft_pass=0.5`.
+with `no_harness,sft_pass=0.5`; the code tier, runs 7 and 8:
+`:mix,mix_filler,code,drop_key=0.05,greedy,no_harness,long_tasks=16,sft_target=0` (run 7 before
+the demonstrator's summaries named handlers as app.py imports them), run 9 the same with
+`sft_pass=0.5` for `sft_target=0`.
 
 The task: follow a chain of notes, each setting one of 2 registers (later notes overwrite
 earlier ones), and write the access key (first note) and both registers' last values. The state
