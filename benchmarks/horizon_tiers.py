@@ -7,7 +7,8 @@ really spans, and whether the expert can pass it at all under the set's caps and
 The recipe's own tokenizer (the runner's tokenizer stage, cached in --workdir), then per set of
 `experiment.evaluations` the expert on its first --tasks held-out tasks: transcript tokens and
 windows, resets, the longest summary, how many passed and what was flagged (a cut observation
-means a note no longer fits beside the summary after a reset: the tier is mis-sized). Run it
+means a note no longer fits beside the summary after a reset, `tool_output_cut` a note longer than
+the tool shows (its middle, key lines with it, replaced by a marker): either way the tier is mis-sized). Run it
 before training on a new tier; the runner records the same windows (`expert_windows`) later.
 """
 from __future__ import annotations
@@ -21,16 +22,21 @@ from composer_jax.config_loading import load_config
 from composer_jax.experiments import run
 from composer_jax.experiments.config import ExperimentConfig
 
+TOOL_CUT = "[... truncated "  # composer_jax/harness/tools.py:truncate's marker
+
 
 def tier_stats(c, set_name: str, ev, tasks: int) -> dict:
     from composer_jax.rl.envs import sample_ids
-    from composer_jax.rl.train import demonstrations
+    from composer_jax.rl.train import demonstrations, load_tokenizer
 
     cx = copy.deepcopy(c)
     cx.rl = run.eval_set_rl(c, ev)
     cx.rollout.update(ev.rollout)
     episodes = demonstrations(cx, sample_ids(cx.rl, "validation", tasks))
     n, window = len(episodes), int(c.rollout.window)
+    tok = load_tokenizer(cx.rl)
+    # a note longer than the tool's observation_chars loses its middle (key lines with it)
+    cut = sum(any(TOOL_CUT in tok.decode(s.tokens) for s in ep.segments) for ep in episodes)
     tokens = sum(ep.transcript_tokens for ep in episodes) / n
     return dict(set=set_name, x=ev.x, tasks=n, suite_options=dict(cx.rl.suite_options),
                 transcript_tokens=tokens, windows=tokens / window,
@@ -38,7 +44,7 @@ def tier_stats(c, set_name: str, ev, tasks: int) -> dict:
                 max_summary_tokens=max((k["tokens"] for ep in episodes for k in ep.compactions), default=0),
                 summary_budget=int(c.rollout.summary_budget),
                 passed=sum(ep.reward == 1.0 for ep in episodes),
-                flags=sorted({f for ep in episodes for f in ep.flags}))
+                flags=sorted({f for ep in episodes for f in ep.flags} | ({"tool_output_cut"} if cut else set())))
 
 
 def main(argv=None):

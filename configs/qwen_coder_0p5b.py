@@ -46,6 +46,18 @@ from composer_jax.checkpoints.qwen_setup import DEFAULT_CACHE, NAME
 from configs import tiny
 
 
+IMPORTED = str(DEFAULT_CACHE / NAME)  # written by composer_jax.checkpoints.qwen_setup
+
+
+def model_block() -> ml_collections.ConfigDict:
+    """The imported architecture (other recipes on this base, e.g. configs/rl_horizon.py:qwen, use it too)."""
+    return ml_collections.ConfigDict(dict(
+        vocab_size=151_936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, head_dim=64,
+        d_ff=4864, rope_base=1e6, qkv_bias=True, tie_embeddings=False, norm_eps=1e-6,
+        max_seq_len=4096, dtype="float32",
+    ))
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variants = ("bugfix", "bugfix_h200", "realrepos", "realrepos_h200", "realrepos_cpu", "harness_cpu")
     if arg not in (None, "", *variants):
@@ -53,12 +65,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = tiny.get_config("dense")
     c.name = "qwen_coder_0p5b"
     c.rollout.decode_buckets = True  # a step costs more than a compile: decode only running slots
-    imported = str(DEFAULT_CACHE / NAME)  # written by composer_jax.checkpoints.qwen_setup
-    c.model = ml_collections.ConfigDict(dict(
-        vocab_size=151_936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, head_dim=64,
-        d_ff=4864, rope_base=1e6, qkv_bias=True, tie_embeddings=False, norm_eps=1e-6,
-        max_seq_len=4096, dtype="float32",
-    ))
+    imported = IMPORTED
+    c.model = model_block()
     c.data.seq_len = 2048
     c.sample = ml_collections.ConfigDict(dict(checkpoint=imported, batch_size=16, max_new_tokens=512))
     if arg in variants:

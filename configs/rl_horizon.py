@@ -41,6 +41,18 @@ with `no_harness,sft_pass=0.5`; the code tier, runs 7 and 8:
 the demonstrator's summaries named handlers as app.py imports them), run 9 the same with
 `sft_pass=0.5` for `sft_target=0`.
 
+Variant `qwen` (issue #26's GPU curve): the registers tier on the imported Qwen2.5-Coder-0.5B-Instruct
+at window 4,096 (notes of 84 filler lines: the most the tool shows uncut; the expert's transcripts
+span 1.1 / 3.1 / 9.9 windows at 1x / 3x / 10x, benchmarks/results/horizon_tiers_qwen.json), cut to
+one 15-minute GPU lease: 256 demonstrations, 32 SFT steps, 4 RL steps of the trained arm, then
+trained, SFT, none and harness (the SFT policy under harness compaction) greedy on 16 held-out
+tasks per horizon, paired; the record is rewritten after every evaluation, so a lease that ends
+early keeps the horizons it reached. On the GPU, after `python -m composer_jax.checkpoints.qwen_setup
+--gguf FILE` (the GGUF carried over in pieces, docs/results/rl_bugfix.md):
+  python -m composer_jax.experiments.run --config configs/rl_horizon.py:qwen --workdir $OUT/w \
+      --out $OUT/horizon_qwen.json
+(end to end at toy size, on a tiny imported GGUF: tests/test_checkpoints_gguf.py).
+
 The task: follow a chain of notes, each setting one of 2 registers (later notes overwrite
 earlier ones), and write the access key (first note) and both registers' last values. The state
 a summary must carry stays 4 facts however long the chain, so longer tiers need the summary to
@@ -50,7 +62,7 @@ import copy
 
 import ml_collections
 
-from configs import parse_variant
+from configs import parse_variant, qwen_coder_0p5b
 from configs.rl_longhorizon import SYSTEM
 from configs.rl_longhorizon import get_config as longhorizon
 
@@ -68,6 +80,12 @@ MIX_CURRICULUM = ({"hops_mix": (2, 4, 8)}, {"hops_mix": (4, 8, 16)})
 # between) is demonstrated and trained: the 1x tier (2 unpadded notes), 0/16 for every run-3 policy
 FILLER_MIX = (8, 8, 8, 0)
 CODE_FILLER = 4  # `:code`: filler functions per module (see get_config)
+# `:qwen`: the imported Qwen2.5-Coder-0.5B at window 4,096, 8x the tiny window. A note of 84 filler
+# lines is ~1.5k Qwen tokens, the longest the tool shows whole (observation_chars 8,000: at 96 lines
+# it cut the middle, key lines with it, and the expert failed). Each set's real multiple under
+# Qwen's tokenizer: benchmarks/results/horizon_tiers_qwen.json.
+QWEN_FILLER = 84
+QWEN_HORIZONS = {1: (2, QWEN_FILLER), 3: (7, QWEN_FILLER), 10: (25, QWEN_FILLER)}
 
 
 def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> ml_collections.ConfigDict:
@@ -87,7 +105,8 @@ def tier(c: ml_collections.ConfigDict, hops: int, filler: int | None = None) -> 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     v = parse_variant(arg, dict(quick=False, hops=4, drop_key=0.1, trained=False, masked=False, harness=False,
                                      greedy=False, long_tasks=4, no_harness=False, mix=False,
-                                     mix_filler=False, code=False, sft_target=0.57, sft_streak=2, sft_pass=0.0),
+                                     mix_filler=False, code=False, sft_target=0.57, sft_streak=2, sft_pass=0.0,
+                                     qwen=False),
                       "configs/rl_horizon.py")
     if not 0 <= v["drop_key"] <= 1:
         raise ValueError(f"configs/rl_horizon.py: drop_key={v['drop_key']} must be in [0, 1]")
@@ -135,7 +154,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.rl.suite_options.filler_mix = tuple(min(f, CODE_FILLER) for f in FILLER_MIX)
         c.rollout.summary_budget = 80
         c.rollout.turn_budget = 88  # the fix, written in one call: a one-line function per register (78 tokens)
-    if v["greedy"]:
+    if v["qwen"]:
+        if quick or v["code"]:
+            raise ValueError("configs/rl_horizon.py: qwen is the registers tier at full size (no quick, no code)")
+        qwen(c)
+    if v["greedy"] or v["qwen"]:
         c.eval_rollout.temperature = 0.0
     if v["long_tasks"] < 1:
         raise ValueError(f"configs/rl_horizon.py: long_tasks={v['long_tasks']} must be >= 1")
@@ -159,13 +182,44 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         e = c.experiment
         del e.arms["harness"], e.policies["harness"], e.sft["sft_harness"]
         e.pairs = tuple(p for p in e.pairs if p != "trained:harness")
+    if v["qwen"]:  # one lease: the trained arm only; the harness compacts for the SFT policy
+        e = c.experiment
+        e.sft, e.arms = dict(sft={}), dict(trained={})
+        e.policies = dict(trained=dict(checkpoint="trained"), sft=dict(checkpoint="sft"),
+                          none=dict(checkpoint="trained", rollout=dict(max_segments=1, summarize_at=1.0)),
+                          harness=dict(checkpoint="sft", rollout=harness))
+        e.evaluations = {f"{m}x": horizon_set(c, m, 16, QWEN_HORIZONS) for m in QWEN_HORIZONS}
+        e.pairs = ("trained:sft", "trained:none", "trained:harness", "sft:harness")
     return c
 
 
-def horizon_set(c: ml_collections.ConfigDict, mult: int, tasks: int) -> dict:
+def qwen(c: ml_collections.ConfigDict) -> None:
+    """`:qwen`: the recipe on the imported Qwen2.5-Coder-0.5B-Instruct at window 4,096, cut to one
+    15-minute GPU lease as configs/qwen_coder_0p5b.py:bugfix_h200 is (its measured memory settings:
+    every layer recomputed, logits 512 positions at a time, one learner row)."""
+    c.model = qwen_coder_0p5b.model_block()
+    c.model.update(remat="full", logits_chunk=512)
+    c.mesh.data = -1  # every device the lease has (the tiny policy's recipe pins one)
+    imported = qwen_coder_0p5b.IMPORTED
+    c.rl.update(tokenizer=imported + "/tokenizer.json", init_from=imported, curriculum=(), steps=4,
+                groups_per_step=8, group_size=8, max_sampling_rounds=1, row_len=4096, minibatch_rows=1,
+                checkpoint_every=4, keep=1)
+    c.rl.suite_options.update(filler_lines=QWEN_FILLER, hops_mix=(2, 4, 8),
+                              filler_mix=(QWEN_FILLER, QWEN_FILLER, QWEN_FILLER, 0))
+    c.rl.optim.update(lr=3e-6, steps=4, clip_norm=1.0)
+    # No copy drills and no held-back stop: a pretrained base copies; 32 steps is what a lease holds.
+    # embed_lr_scale: Qwen never learned to predict the harness's call delimiters (docs/results/rl_bugfix.md)
+    c.sft.update(demos=256, batch_rows=4, init_from=imported, copy_warmup=0, target_reward=0.0)
+    c.sft.optim.update(steps=32, lr=1e-5, warmup_steps=4, min_lr_ratio=0.1, embed_lr_scale=100.0)
+    # 8x the tiny budgets for summaries and turns; 32 slots x 1,024-token prefills fit an H100
+    c.rollout.update(window=4096, summary_budget=256, turn_budget=256, slots=32, prefill_buckets=(512, 1024),
+                     decode_buckets=True)
+
+
+def horizon_set(c: ml_collections.ConfigDict, mult: int, tasks: int, horizons: dict = HORIZONS) -> dict:
     """The held-out set of a horizon: that tier's tasks (the expert drops no key there) under
     the tier's caps (experiment.evaluations of the config)."""
-    hops, filler = HORIZONS[mult]
+    hops, filler = horizons[mult]
     if c.rl.suite_options.carry == "code":
         filler = min(filler, CODE_FILLER)
     caps = tier(copy.deepcopy(c), hops, filler)

@@ -270,3 +270,53 @@ def test_experiment_runs_sft_and_rl_from_an_imported_base(tiny_gguf, tmp_path):
     assert set(policies) == {"base", "sft", "rl"} and all(len(p["passed"]) == 2 for p in policies.values())
     assert set(record["paired"]["validation"]) == {"rl_vs_sft", "sft_vs_base"}
     assert not (tmp_path / "work" / "tokenizer.json").exists()  # the imported tokenizer, not a new one
+
+
+@pytest.mark.slow
+def test_horizon_recipe_runs_on_an_imported_base(tiny_gguf, tmp_path):
+    """The long-horizon curve's GPU recipe for a pretrained base (`experiments.run --config
+    configs/rl_horizon.py:qwen`) end to end at toy size: SFT with self-summaries in the model's
+    template, the trained arm, then the trained, SFT, no-summary and harness-compaction policies on
+    the same held-out tiers, recorded in the horizon schema, all through the imported tokenizer."""
+    import dataclasses
+    import json
+
+    import ml_collections
+
+    from composer_jax.checkpoints.store import save_imported
+    from composer_jax.config_loading import load_config
+    from composer_jax.experiments.run import run_experiment
+
+    imported = import_gguf(tiny_gguf)
+    save_imported(tmp_path / "ckpt", imported)
+    c = load_config("configs/rl_horizon.py:qwen")  # the recipe, at toy size below
+    assert (c.rollout.window, c.rl.init_from, c.sft.init_from) == (4096, c.rl.tokenizer.rsplit("/", 1)[0],
+                                                                   c.rl.tokenizer.rsplit("/", 1)[0])
+    assert sorted(c.experiment.policies) == ["harness", "none", "sft", "trained"]
+    assert c.experiment.policies.harness.rollout.compaction == "harness"
+    c.model = ml_collections.ConfigDict(dict(dataclasses.asdict(imported.cfg), max_seq_len=2048))
+    ckpt = str(tmp_path / "ckpt")
+    c.rl.update(tokenizer=ckpt + "/tokenizer.json", init_from=ckpt, steps=1, groups_per_step=1, group_size=4,
+                row_len=2048, minibatch_rows=4)
+    c.rl.optim.steps = 1
+    c.rl.suite_options.update(filler_lines=1, filler_mix=(1, 0))  # the toy BPE spends a token per byte or two
+    c.sft.update(demos=4, batch_rows=2, init_from=ckpt)
+    c.sft.optim.update(steps=2, warmup_steps=1)
+    c.rollout.update(window=2048, turn_budget=160, slots=8, prefill_buckets=(256, 1024))
+    sets = c.experiment.evaluations
+    del sets["10x"]
+    for ev in sets.values():  # 3 turns: the untrained toy policy never submits, so every episode runs to its cap
+        ev.update(tasks=2, suite_options=dict(ev.suite_options, filler_lines=1), rl=dict(env_max_turns=3),
+                  rollout=dict(max_turns=3, max_segments=3))
+    out = tmp_path / "result.json"
+    record = run_experiment(c, tmp_path / "work", str(out), ["test"])
+    assert json.loads(out.read_text())["pass_rate"] == record["pass_rate"]
+    sft = record["training"]["sft"]
+    assert sft["init_from"] == ckpt and sft["demo_pass_rate"] == 1.0 and sft["sequences"] >= 4
+    assert record["training"]["trained"]["steps"] == 1
+    assert record["horizons"] == [1, 3]
+    assert set(record["pass_rate"]) == {"trained", "sft", "none", "harness"}
+    assert all(len(v) == 2 for v in record["pass_rate"].values())
+    assert set(record["paired"]["3x"]) == {"trained_vs_sft", "trained_vs_none", "trained_vs_harness",
+                                           "sft_vs_harness"}
+    assert not (tmp_path / "work" / "tokenizer.json").exists()  # the imported tokenizer, not a new one

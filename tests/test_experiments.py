@@ -22,7 +22,7 @@ RECIPES = ["configs/rl_longhorizon.py", "configs/rl_longhorizon.py:masked,hops=2
            "configs/rl_horizon.py:greedy,no_harness,long_tasks=8", "configs/rl_horizon.py:mix",
            "configs/rl_horizon.py:mix,mix_filler,drop_key=0.05,greedy,no_harness,long_tasks=16",
            "configs/rl_horizon.py:mix,mix_filler,code,drop_key=0.05,greedy,no_harness,long_tasks=16",
-           "configs/qwen_coder_0p5b.py:bugfix", "configs/qwen_coder_0p5b.py:bugfix_h200",
+           "configs/rl_horizon.py:qwen", "configs/qwen_coder_0p5b.py:bugfix", "configs/qwen_coder_0p5b.py:bugfix_h200",
            "configs/qwen_coder_0p5b.py:realrepos_cpu", "configs/qwen_coder_0p5b.py:realrepos_h200",
            "configs/rl_bugfix.py:realrepos", "configs/qwen_coder_0p5b.py:harness_cpu"]
 

@@ -98,3 +98,38 @@ def test_a_sets_measured_horizon_is_played_under_that_sets_caps(monkeypatch):
     assert expert_windows(c, eval_set_rl(c, ev), ["some-task"], ev.rollout) == 1024 / c.rollout.window
     assert seen == [(14, ev.rl["env_max_turns"], ev.rollout["max_turns"], ev.rollout["max_segments"])]
     assert ev.rollout["max_segments"] >= 14 + 2
+
+
+def test_qwen_tier_notes_are_shown_whole_by_the_tool(tmp_path):
+    """`:qwen` pads notes to a large part of a 4,096-token window, but no note may be longer than
+    the tool shows: read_file's observation keeps head and tail of anything over
+    observation_chars, and a key line cut from the middle fails the task (at 96 filler lines the
+    expert passed 0 of 2 10x tasks). Every note of every set and training tier stays under it,
+    and one line more per note would not (the tier is sized to the limit, not below it)."""
+    from composer_jax.harness.tools import ToolConfig, read_file
+    from composer_jax.experiments.config import ExperimentConfig
+    from composer_jax.experiments.run import eval_set_rl
+    from configs.rl_horizon import QWEN_FILLER
+    from environments.suites import make_suite
+
+    import pytest
+
+    for bad in ("qwen,quick", "qwen,code"):
+        with pytest.raises(ValueError, match="qwen is the registers tier"):
+            load_config(f"configs/rl_horizon.py:{bad}")
+    c = load_config("configs/rl_horizon.py:qwen")
+    validate(c)
+    limit = ToolConfig().observation_chars
+    exp = ExperimentConfig.from_config(c.experiment)
+    tiers = [dict(c.rl.suite_options)] + [dict(eval_set_rl(c, ev).suite_options) for ev in exp.evaluations.values()]
+    longest = 0
+    for options in tiers:
+        suite = make_suite("LongHorizon", **options)
+        for task_id in suite.sample_ids("validation", 8):
+            for path, text in suite.get(task_id).files.items():
+                (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / path).write_text(text)
+                shown = read_file(str(tmp_path), path).text
+                assert len(shown) <= limit, (options, path, len(shown))
+                longest = max(longest, len(shown) / max(len(text.splitlines()), 1))
+    assert longest * (QWEN_FILLER + 2 + 8) > limit  # ~8 lines more would no longer fit: sized to the limit
