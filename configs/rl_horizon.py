@@ -38,7 +38,8 @@ Runs of docs/results/horizon.md: run 1 `:hops=6,drop_key=0.25,sft_target=0`, run
 run 5 `:mix,mix_filler,drop_key=0.05,greedy,long_tasks=16` (every arm), run 6 (seed 1) run 5's
 with `no_harness,sft_pass=0.5`; the code tier, runs 7 and 8:
 `:mix,mix_filler,code,drop_key=0.05,greedy,no_harness,long_tasks=16,sft_target=0` (run 7 before
-the demonstrator's summaries named handlers as app.py imports them), run 9 the same with
+the demonstrator's summaries named handlers as app.py imports them; run 8's seeds 1, 2:
+--config.seed=N, pooled into benchmarks/results/horizon_code.json), run 9 the same with
 `sft_pass=0.5` for `sft_target=0`.
 
 Variant `qwen` (issue #26's GPU curve): the registers tier on the imported Qwen2.5-Coder-0.5B-Instruct
